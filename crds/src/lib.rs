@@ -1,0 +1,32 @@
+//! hoststack's API: group `hoststack.dev`, version `v1alpha1`.
+//!
+//! - [`NetworkTuning`] (cluster-scoped): what the user writes.
+//! - [`NodeTuning`] (cluster-scoped, one per node): the operator's instruction to one node's
+//!   agent, and the agent's report.
+//!
+//! `crdgen` writes the CRD YAML generated from these types; a test fails when the committed
+//! YAML differs.
+
+pub mod manifests;
+pub mod network_tuning;
+pub mod node_config;
+pub mod node_tuning;
+
+pub use network_tuning::*;
+pub use node_config::*;
+pub use node_tuning::*;
+
+/// The API group.
+pub const GROUP: &str = "hoststack.dev";
+
+/// Field manager of the operator's server-side applies.
+pub const OPERATOR_FIELD_MANAGER: &str = "hoststack-operator";
+
+/// Field manager of the agents' status writes.
+pub const AGENT_FIELD_MANAGER: &str = "hoststack-agent";
+
+/// Finalizer the operator puts on every NetworkTuning, so that deleting one reverts its nodes.
+pub const FINALIZER: &str = "hoststack.dev/revert";
+
+/// Label the operator sets on nodes that need an agent; the agent DaemonSet selects it.
+pub const AGENT_NODE_LABEL: &str = "hoststack.dev/agent";

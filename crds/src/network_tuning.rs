@@ -1,0 +1,341 @@
+//! `NetworkTuning`: what the user writes — which nodes, what to change on them, how to roll out.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::core::{Expression, Selector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::node_config::NodeConfig;
+
+/// A desired network configuration for the nodes a selector picks, rolled out canary-first.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "hoststack.dev",
+    version = "v1alpha1",
+    kind = "NetworkTuning",
+    plural = "networktunings",
+    singular = "networktuning",
+    shortname = "nwt",
+    category = "hoststack",
+    status = "NetworkTuningStatus",
+    doc = "NetworkTuning: a host network configuration (sysctls, NICs, hugepages, firewall, XDP, DPDK, the user-space TCP stack) for the nodes its selector picks.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Rollout phase"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "string",
+        json_path = ".status.currentRevision",
+        description = "Revision being rolled out"
+    ),
+    printcolumn(
+        name = "Applied/Matched",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Nodes that applied the current revision, of the nodes the selector matches"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkTuningSpec {
+    /// Which nodes this tuning applies to, by their labels. An empty selector selects every
+    /// node.
+    pub node_selector: NodeSelector,
+    /// Which tuning governs a node that several select: the highest priority, then the oldest.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1000))]
+    pub priority: i32,
+    /// What to change on each selected node.
+    #[serde(flatten)]
+    pub config: NodeConfig,
+    /// How the change spreads over the selected nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// A label selector over Nodes, as in `kubectl get nodes -l`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelector {
+    /// Labels a node must carry with exactly these values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))"
+    ).message("matchLabels keys must be valid label keys: [prefix/]name, the name at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"))]
+    pub match_labels: BTreeMap<String, LabelValue>,
+    /// Set-based requirements a node's labels must all meet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+/// A label value: at most 63 characters of letters, digits, `-`, `_` and `.`, starting and ending
+/// with a letter or digit, or empty.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(transparent)]
+pub struct LabelValue(
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    )]
+    pub String,
+);
+
+/// One requirement of a set-based selector.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new(
+    "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)"
+).message("In and NotIn need at least one value; Exists and DoesNotExist take none"))]
+pub struct SelectorRequirement {
+    /// The label key the requirement applies to.
+    #[schemars(length(min = 1, max = 317))]
+    #[x_kube(validation = kube::core::Rule::new(
+        "self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')"
+    ).message("must be a valid label key"))]
+    pub key: String,
+    /// How the key's value is tested.
+    pub operator: SelectorOperator,
+    /// Values for In and NotIn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub values: Vec<LabelValue>,
+}
+
+/// Operators of a set-based requirement.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SelectorOperator {
+    /// The label exists and its value is one of `values`.
+    #[default]
+    In,
+    /// The label is absent or its value is none of `values`.
+    NotIn,
+    /// The label exists.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+}
+
+impl NodeSelector {
+    /// This selector as kube's label selector, for matching and for list queries.
+    pub fn to_selector(&self) -> Selector {
+        let labels = self
+            .match_labels
+            .iter()
+            .map(|(k, v)| Expression::Equal(k.clone(), v.0.clone()));
+        let expressions = self.match_expressions.iter().map(|r| {
+            let values: BTreeSet<String> = r.values.iter().map(|v| v.0.clone()).collect();
+            match r.operator {
+                SelectorOperator::In => Expression::In(r.key.clone(), values),
+                SelectorOperator::NotIn => Expression::NotIn(r.key.clone(), values),
+                SelectorOperator::Exists => Expression::Exists(r.key.clone()),
+                SelectorOperator::DoesNotExist => Expression::DoesNotExist(r.key.clone()),
+            }
+        });
+        labels.chain(expressions).collect()
+    }
+}
+
+/// How a new revision spreads over the selected nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// Nodes changed first and judged before any other: a count or a percentage of the matched
+    /// nodes. Nodes labelled hoststack.dev/canary=true are preferred.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<IntOrString>,
+    /// Nodes changed at once in each wave after the canary: a count or a percentage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Wait after the canary has applied, before it is judged complete (e.g. `30s`, `5m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub pause_after_canary: Option<String>,
+    /// Wait between waves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub pause_between_waves: Option<String>,
+    /// How the canary and each wave are judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
+    /// Return every updated node to the stable revision when a judged node fails or analysis
+    /// fails; false halts the rollout instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_rollback: Option<bool>,
+    /// Hold the rollout where it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+}
+
+/// How a canary or a wave is judged.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Analysis {
+    /// How long health is sampled on the judged and the baseline nodes (e.g. `60s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub window: Option<String>,
+    /// Wait for a person to promote (annotation hoststack.dev/promote) instead of judging.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manual: bool,
+    /// Thresholds on the TCP health the agents sample.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub thresholds: Vec<HealthThreshold>,
+    /// A Prometheus query that judges the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusAnalysis>,
+}
+
+/// A bound on one health metric of the judged nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthThreshold {
+    /// Which metric.
+    pub metric: HealthMetric,
+    /// Fail when the judged nodes' value exceeds this (a decimal, e.g. `0.01`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?$"))]
+    pub max: Option<String>,
+    /// Fail when the judged nodes' value exceeds the baseline's times this factor (e.g. `1.5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?$"))]
+    pub max_relative_to_baseline: Option<String>,
+}
+
+/// TCP health metrics sampled by the agents.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum HealthMetric {
+    /// ΔRetransSegs / ΔOutSegs.
+    #[default]
+    RetransmitRatio,
+    /// SACK recoveries per thousand segments sent.
+    SackRecoveriesPerKiloSegment,
+    /// D-SACKs received per thousand segments sent.
+    DsacksPerKiloSegment,
+    /// Retransmission timeouts per second.
+    RtoTimeouts,
+    /// Listen drops per second.
+    ListenDrops,
+}
+
+/// A Prometheus gate.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusAnalysis {
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus:9090`.
+    #[schemars(length(min = 1, max = 2048))]
+    pub address: String,
+    /// PromQL; `{{judged}}` and `{{baseline}}` are replaced by regexes of the node names.
+    #[schemars(length(min = 1, max = 8192))]
+    pub query: String,
+    /// Condition on the query's scalar result, e.g. `result < 0.01`.
+    #[schemars(length(min = 1, max = 1024))]
+    pub success_condition: String,
+    /// Condition that fails the rollout at once, e.g. `result > 0.05`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub failure_condition: Option<String>,
+}
+
+/// Where a tuning's rollout stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Nothing applied yet.
+    #[default]
+    Pending,
+    /// Nodes are being changed.
+    Progressing,
+    /// Held by `rollout.paused` or an inconclusive analysis.
+    Paused,
+    /// Every governed node applied the current revision.
+    Complete,
+    /// Updated nodes were returned to the stable revision.
+    RolledBack,
+    /// Nodes failed to apply and nothing rolled back.
+    Failed,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// What the operator observed of a tuning.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkTuningStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The revision of the current spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// The last revision that every governed node applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+    /// Where the rollout stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Ready, Progressing, Degraded and Conflict, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Nodes the selector matches.
+    #[serde(default)]
+    pub matched_nodes: i32,
+    /// Nodes this tuning governs that were given the current revision.
+    #[serde(default)]
+    pub updated_nodes: i32,
+    /// Nodes whose agent applied the current revision.
+    #[serde(default)]
+    pub applied_nodes: i32,
+    /// Nodes whose agent failed to apply the current revision.
+    #[serde(default)]
+    pub failed_nodes: i32,
+    /// `applied/matched`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// Matched nodes governed by another tuning instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<NodeConflict>,
+    /// The rollout's waves, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waves: Vec<WaveStatus>,
+}
+
+/// A matched node that another tuning governs.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeConflict {
+    /// The node.
+    pub node: String,
+    /// The tuning that governs it.
+    pub governed_by: String,
+}
+
+/// One wave of a rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveStatus {
+    /// Position in the rollout; 0 is the canary.
+    pub index: u32,
+    /// Nodes changed in this wave.
+    pub nodes: Vec<String>,
+    /// Pending, Applying, Applied, Failed or RolledBack.
+    pub result: String,
+}

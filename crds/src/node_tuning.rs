@@ -1,0 +1,226 @@
+//! `NodeTuning`: the contract between the operator and one node's agent. The operator writes its
+//! spec; only that node's agent writes its status.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::node_config::NodeConfig;
+
+/// The configuration the operator resolved for one node (name = the node's name), and what that
+/// node's agent did with it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "hoststack.dev",
+    version = "v1alpha1",
+    kind = "NodeTuning",
+    plural = "nodetunings",
+    singular = "nodetuning",
+    shortname = "ndt",
+    category = "hoststack",
+    status = "NodeTuningStatus",
+    doc = "NodeTuning: the configuration the operator resolved for one node, named after it, and what the node's agent did with it.",
+    printcolumn(
+        name = "Tuning",
+        type_ = "string",
+        json_path = ".spec.tuning",
+        description = "Governing NetworkTuning"
+    ),
+    printcolumn(
+        name = "Revision",
+        type_ = "string",
+        json_path = ".spec.revision",
+        description = "Revision asked for"
+    ),
+    printcolumn(
+        name = "State",
+        type_ = "string",
+        json_path = ".status.state",
+        description = "What the agent did"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTuningSpec {
+    /// The NetworkTuning that governs this node; absent when none does, which asks the agent to
+    /// revert everything it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<String>,
+    /// The revision of `config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// What to change on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<NodeConfig>,
+    /// `Apply` changes the host; `Plan` only reports what would change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+}
+
+/// What the agent does with a spec.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Mode {
+    /// Change the host.
+    #[default]
+    Apply,
+    /// Report the plan only; change nothing.
+    Plan,
+}
+
+/// The agent's summary of its node.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NodeState {
+    /// Nothing asked yet.
+    #[default]
+    Idle,
+    /// A transaction is running.
+    Applying,
+    /// The asked revision is applied and verified.
+    Applied,
+    /// The asked revision failed; the host is as it was before it.
+    Failed,
+    /// Everything hoststack changed is restored.
+    Reverted,
+    /// Plan mode: `items` say what would change.
+    Planned,
+}
+
+impl std::fmt::Display for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// What the node's agent reports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTuningStatus {
+    /// Summary of the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<NodeState>,
+    /// The revision the host is on; absent when hoststack has changed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<String>,
+    /// The tuning the applied revision came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_tuning: Option<String>,
+    /// The revision the last transaction (or plan) was about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_revision: Option<String>,
+    /// Why the last transaction failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// One entry per host setting the last transaction touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<ItemResult>,
+    /// Applied, Degraded, Drifted and Reverted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// What the agent found on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facts: Option<HostFacts>,
+}
+
+/// One host setting.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemResult {
+    /// The applier: `sysctl`, `hugepages`, `nic`, ...
+    pub kind: String,
+    /// What it changes, e.g. `net.ipv4.tcp_sack`.
+    pub target: String,
+    /// The value before hoststack changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
+    /// The value asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<String>,
+    /// The value read back from the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual: Option<String>,
+    /// What happened to it.
+    pub state: ItemState,
+    /// Why, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What happened to one item.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ItemState {
+    /// Not done yet.
+    #[default]
+    Pending,
+    /// Set and verified.
+    Applied,
+    /// Already had the desired value.
+    Unchanged,
+    /// Could not be set; see the message.
+    Failed,
+    /// Was set, then restored because another item failed.
+    RolledBack,
+    /// Restored to its original value.
+    Reverted,
+    /// Plan mode: would change from actual to desired.
+    WouldChange,
+    /// Plan mode: would fail; see the message.
+    WouldFail,
+    /// This agent does not implement this kind yet.
+    NotSupported,
+}
+
+impl std::fmt::Display for ItemState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// What the agent found on its host.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostFacts {
+    /// Kernel release (`uname -r`).
+    pub kernel_release: String,
+    /// Online CPUs in list format.
+    pub cpus_online: String,
+    /// Number of online CPUs.
+    pub cpu_count: u32,
+    /// NUMA node ids.
+    #[serde(default)]
+    pub numa_nodes: Vec<u32>,
+    /// Hugepage sizes the kernel offers, e.g. `2Mi`, `1Gi`.
+    #[serde(default)]
+    pub hugepage_sizes: Vec<String>,
+    /// Network interfaces in the agent's network namespace.
+    #[serde(default)]
+    pub interfaces: Vec<InterfaceFacts>,
+    /// Whether the vfio-pci driver is available.
+    #[serde(default)]
+    pub vfio_available: bool,
+}
+
+/// One network interface.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceFacts {
+    /// Interface name.
+    pub name: String,
+    /// Kernel driver, when the interface has a device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// PCI address, when the device is on PCI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<String>,
+    /// MTU in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Receive queues.
+    pub rx_queues: u32,
+    /// Transmit queues.
+    pub tx_queues: u32,
+}

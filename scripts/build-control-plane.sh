@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Builds the lab's control plane from Go modules and caches the binaries per version
+# outside the repository: etcd, kube-apiserver, kubectl and helm.
+#
+#   scripts/build-control-plane.sh          # prints the bin directory when done
+#
+# Cache root: $HOSTSTACK_CACHE (default /var/cache/hoststack). Each version lands in its own
+# directory, so a second run is a no-op and a version bump builds beside the old one.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-1.37.2}
+ETCD_VERSION=${ETCD_VERSION:-3.6.16}
+HELM_VERSION=${HELM_VERSION:-4.3.1}
+CACHE=${HOSTSTACK_CACHE:-/var/cache/hoststack}
+export GOFLAGS=${GOFLAGS:--mod=mod}
+export GOTOOLCHAIN=local
+
+log() { echo "[control-plane] $*" >&2; }
+
+build_kubernetes() {
+  local dir="$CACHE/kubernetes-v$K8S_VERSION" minor staging
+  [ -x "$dir/bin/kube-apiserver" ] && [ -x "$dir/bin/kubectl" ] && return 0
+  log "building kube-apiserver and kubectl v$K8S_VERSION (about 5 minutes the first time)"
+  mkdir -p "$dir/src" "$dir/bin"
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  staging="0.${K8S_VERSION#1.}"
+  local kmod
+  kmod=$(cd "$dir/src" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  {
+    echo "module hoststack.dev/controlplane"
+    echo
+    echo "go $(go env GOVERSION | sed 's/^go//')"
+    echo
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    echo
+    grep -E '^\s*k8s.io/[a-z-]+ => ./staging/' "$kmod" | awk -v v="v$staging" '{print "replace " $1 " => " $1 " " v}'
+  } >"$dir/src/go.mod"
+  cat >"$dir/src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  (cd "$dir/src" && go mod tidy)
+  local ld="" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  done
+  (cd "$dir/src" && go build -ldflags "$ld" -o "$dir/bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver \
+    && go build -ldflags "$ld" -o "$dir/bin/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  mv "$dir/bin/kube-apiserver.tmp" "$dir/bin/kube-apiserver"
+  mv "$dir/bin/kubectl.tmp" "$dir/bin/kubectl"
+}
+
+build_etcd() {
+  local dir="$CACHE/etcd-v$ETCD_VERSION"
+  [ -x "$dir/bin/etcd" ] && return 0
+  log "building etcd v$ETCD_VERSION"
+  mkdir -p "$dir/src" "$dir/bin"
+  (cd "$dir/src" && { [ -f go.mod ] || go mod init hoststack.dev/etcd >/dev/null 2>&1; } \
+    && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" \
+    && go build -o "$dir/bin/etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "$dir/bin/etcd.tmp" "$dir/bin/etcd"
+}
+
+build_helm() {
+  local dir="$CACHE/helm-v$HELM_VERSION"
+  [ -x "$dir/bin/helm" ] && return 0
+  log "building helm v$HELM_VERSION"
+  mkdir -p "$dir/src" "$dir/bin"
+  (cd "$dir/src" && { [ -f go.mod ] || go mod init hoststack.dev/helm >/dev/null 2>&1; } \
+    && go get "helm.sh/helm/v4@v$HELM_VERSION" \
+    && go build -o "$dir/bin/helm.tmp" helm.sh/helm/v4/cmd/helm)
+  mv "$dir/bin/helm.tmp" "$dir/bin/helm"
+}
+
+mkdir -p "$CACHE/bin"
+build_etcd
+build_kubernetes
+build_helm
+# One directory on PATH for the lab: links to the versions this checkout asks for.
+ln -sfn "$CACHE/etcd-v$ETCD_VERSION/bin/etcd" "$CACHE/bin/etcd"
+ln -sfn "$CACHE/kubernetes-v$K8S_VERSION/bin/kube-apiserver" "$CACHE/bin/kube-apiserver"
+ln -sfn "$CACHE/kubernetes-v$K8S_VERSION/bin/kubectl" "$CACHE/bin/kubectl"
+ln -sfn "$CACHE/helm-v$HELM_VERSION/bin/helm" "$CACHE/bin/helm"
+echo "$CACHE/bin"

@@ -1,0 +1,11 @@
+//! userstack: hoststack's embedded user-space TCP/IP stack.
+//!
+//! Layers, bottom up: [`wire`] (packet formats), [`tcp`] (one connection's sans-IO state
+//! machine), [`stack`] (a per-core instance with flow table, listeners, ARP and timers) and
+//! [`sim`] (a deterministic discrete-event network to judge it). The caller owns time
+//! ([`time::Instant`]) and I/O.
+
+pub mod counters;
+pub mod tcp;
+pub mod time;
+pub mod wire;

@@ -1,0 +1,747 @@
+//! Segment-level scripts: send this segment at t, expect that one (RFC behaviour by behaviour).
+
+use super::*;
+use crate::counters::Counter;
+use crate::time::Instant;
+use crate::wire::tcp::Packet;
+use crate::wire::{SackBlocks, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
+use core::time::Duration;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+const CLIENT: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 1), 40000);
+const SERVER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 2), 80);
+
+fn ms(n: u64) -> Instant {
+    Instant::from_millis(n)
+}
+
+/// An owned segment as it left a connection.
+#[derive(Clone, Debug)]
+struct Wire {
+    bytes: Vec<u8>,
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+}
+
+impl Wire {
+    fn repr(&self) -> TcpRepr<'_> {
+        let packet = Packet::new_checked(&self.bytes[..]).unwrap();
+        TcpRepr::parse(&packet, *self.from.ip(), *self.to.ip()).expect("valid segment")
+    }
+}
+
+fn drain(conn: &mut Connection, now: Instant) -> Vec<Wire> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 1600];
+    while let Some(n) = conn.poll_transmit(now, &mut buf) {
+        out.push(Wire {
+            bytes: buf[..n].to_vec(),
+            from: conn.local(),
+            to: conn.remote(),
+        });
+        assert!(out.len() < 10_000, "runaway transmitter");
+    }
+    out
+}
+
+fn deliver(conn: &mut Connection, now: Instant, segments: &[Wire]) {
+    for s in segments {
+        conn.handle_segment(now, &s.repr());
+    }
+}
+
+/// A raw segment addressed to the server.
+fn raw(
+    seq: SeqNumber,
+    ack: SeqNumber,
+    flags: u8,
+    payload: &'static [u8],
+    options: TcpOptions,
+) -> TcpRepr<'static> {
+    TcpRepr {
+        src_port: CLIENT.port(),
+        dst_port: SERVER.port(),
+        seq_number: seq,
+        ack_number: ack,
+        flags: TcpFlags(flags),
+        window_len: 1000,
+        urgent_pointer: 0,
+        options,
+        payload,
+    }
+}
+
+fn config() -> Config {
+    Config {
+        recv_buffer: 64 * 1024,
+        send_buffer: 256 * 1024,
+        ..Config::default()
+    }
+}
+
+/// Runs the handshake between a fresh client and server; returns them established at t=1ms.
+fn handshake(client_config: Config, server_config: Config) -> (Connection, Connection) {
+    let mut client = Connection::connect(client_config, CLIENT, SERVER, SeqNumber(1000), 7, ms(0));
+    let syn = drain(&mut client, ms(0));
+    assert_eq!(syn.len(), 1);
+    let syn_repr = syn[0].repr();
+    assert_eq!(syn_repr.flags, TcpFlags(TcpFlags::SYN));
+    let mut server = Connection::accept(
+        server_config,
+        SERVER,
+        CLIENT,
+        SeqNumber(5000),
+        9,
+        ms(0),
+        &syn_repr,
+    );
+    let synack = drain(&mut server, ms(0));
+    assert_eq!(synack.len(), 1);
+    assert_eq!(
+        synack[0].repr().flags,
+        TcpFlags(TcpFlags::SYN | TcpFlags::ACK)
+    );
+    deliver(&mut client, ms(1), &synack);
+    assert_eq!(client.state(), State::Established);
+    let ack = drain(&mut client, ms(1));
+    assert_eq!(ack.len(), 1);
+    deliver(&mut server, ms(1), &ack);
+    assert_eq!(server.state(), State::Established);
+    (client, server)
+}
+
+/// Moves segments both ways (optionally dropping some) and fires timers until both are idle
+/// or `until` is reached; returns the final time.
+fn run(
+    a: &mut Connection,
+    b: &mut Connection,
+    mut now: Instant,
+    until: Instant,
+    mut drop: impl FnMut(&Wire) -> bool,
+) -> Instant {
+    loop {
+        let mut quiet = true;
+        for _ in 0..1000 {
+            let from_a = drain(a, now);
+            let from_b = drain(b, now);
+            if from_a.is_empty() && from_b.is_empty() {
+                break;
+            }
+            quiet = false;
+            let keep_a: Vec<Wire> = from_a.into_iter().filter(|w| !drop(w)).collect();
+            let keep_b: Vec<Wire> = from_b.into_iter().filter(|w| !drop(w)).collect();
+            deliver(b, now, &keep_a);
+            deliver(a, now, &keep_b);
+        }
+        let next = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        match next {
+            Some(t) if t <= until => {
+                now = now.max(t);
+                a.handle_timeout(now);
+                b.handle_timeout(now);
+            }
+            _ if quiet => return now,
+            _ => {}
+        }
+        if next.is_none_or(|t| t > until) && quiet {
+            return now;
+        }
+    }
+}
+
+fn read_all(conn: &mut Connection) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = conn.recv(&mut buf);
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn handshake_negotiates_linux_options() {
+    let mut client = Connection::connect(config(), CLIENT, SERVER, SeqNumber(1000), 7, ms(0));
+    let syn = drain(&mut client, ms(0));
+    let o = syn[0].repr().options;
+    assert_eq!(o.mss, Some(1460));
+    assert!(o.sack_permitted);
+    assert_eq!(o.window_scale, Some(0));
+    assert!(o.timestamps.is_some());
+    let (client, server) = handshake(config(), config());
+    assert!(client.sack_enabled() && server.sack_enabled());
+    assert!(client.timestamps_enabled());
+    assert_eq!(client.send_mss(), 1448);
+    assert_eq!(client.counters().get(Counter::ActiveOpens), 1);
+    assert_eq!(server.counters().get(Counter::PassiveOpens), 1);
+}
+
+#[test]
+fn options_fall_back_when_peer_lacks_them() {
+    let bare = Config {
+        sack: false,
+        timestamps: false,
+        window_scaling: false,
+        ..config()
+    };
+    let (client, server) = handshake(config(), bare);
+    assert!(!client.sack_enabled() && !server.sack_enabled());
+    assert!(!client.timestamps_enabled());
+    assert_eq!(client.send_mss(), 1460);
+}
+
+#[test]
+fn simultaneous_open_reaches_established() {
+    let mut a = Connection::connect(config(), CLIENT, SERVER, SeqNumber(100), 1, ms(0));
+    let mut b = Connection::connect(config(), SERVER, CLIENT, SeqNumber(900), 2, ms(0));
+    let syn_a = drain(&mut a, ms(0));
+    let syn_b = drain(&mut b, ms(0));
+    deliver(&mut a, ms(1), &syn_b);
+    deliver(&mut b, ms(1), &syn_a);
+    assert_eq!(a.state(), State::SynReceived);
+    assert_eq!(b.state(), State::SynReceived);
+    let synack_a = drain(&mut a, ms(1));
+    let synack_b = drain(&mut b, ms(1));
+    assert_eq!(
+        synack_a[0].repr().flags,
+        TcpFlags(TcpFlags::SYN | TcpFlags::ACK)
+    );
+    deliver(&mut b, ms(2), &synack_a);
+    deliver(&mut a, ms(2), &synack_b);
+    assert_eq!(a.state(), State::Established);
+    assert_eq!(b.state(), State::Established);
+}
+
+#[test]
+fn syn_to_closed_port_refused_by_rst() {
+    let mut client = Connection::connect(config(), CLIENT, SERVER, SeqNumber(1000), 7, ms(0));
+    drain(&mut client, ms(0));
+    let rst = TcpRepr {
+        src_port: SERVER.port(),
+        dst_port: CLIENT.port(),
+        seq_number: SeqNumber(0),
+        ack_number: SeqNumber(1001),
+        flags: TcpFlags(TcpFlags::RST | TcpFlags::ACK),
+        ..TcpRepr::default()
+    };
+    client.handle_segment(ms(1), &rst);
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(client.error(), Some(ConnectionError::Refused));
+}
+
+#[test]
+fn syn_retransmits_with_backoff_then_times_out() {
+    let cfg = Config {
+        syn_retries: 2,
+        ..config()
+    };
+    let mut client = Connection::connect(cfg, CLIENT, SERVER, SeqNumber(1000), 7, ms(0));
+    drain(&mut client, ms(0));
+    assert_eq!(client.poll_timeout(), Some(ms(1000)));
+    client.handle_timeout(ms(1000));
+    assert_eq!(drain(&mut client, ms(1000)).len(), 1);
+    assert_eq!(client.poll_timeout(), Some(ms(3000)));
+    client.handle_timeout(ms(3000));
+    drain(&mut client, ms(3000));
+    assert_eq!(client.poll_timeout(), Some(ms(7000)));
+    client.handle_timeout(ms(7000));
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(client.error(), Some(ConnectionError::TimedOut));
+    assert_eq!(client.counters().get(Counter::TCPSynRetrans), 2);
+}
+
+#[test]
+fn active_close_walks_fin_wait_and_time_wait() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.close();
+    assert_eq!(client.state(), State::FinWait1);
+    let fin = drain(&mut client, ms(2));
+    assert!(fin[0].repr().flags.fin());
+    deliver(&mut server, ms(3), &fin);
+    assert_eq!(server.state(), State::CloseWait);
+    assert!(server.is_recv_finished());
+    let ack = drain(&mut server, ms(3));
+    deliver(&mut client, ms(4), &ack);
+    assert_eq!(client.state(), State::FinWait2);
+    server.close();
+    assert_eq!(server.state(), State::LastAck);
+    let fin2 = drain(&mut server, ms(5));
+    deliver(&mut client, ms(6), &fin2);
+    assert_eq!(client.state(), State::TimeWait);
+    let last = drain(&mut client, ms(6));
+    deliver(&mut server, ms(7), &last);
+    assert_eq!(server.state(), State::Closed);
+    assert_eq!(client.poll_timeout(), Some(ms(6) + Duration::from_secs(60)));
+    // A retransmitted FIN in TIME-WAIT is ACKed again and restarts the timer.
+    deliver(&mut client, ms(1000), &fin2);
+    assert_eq!(drain(&mut client, ms(1000)).len(), 1);
+    assert_eq!(
+        client.poll_timeout(),
+        Some(ms(1000) + Duration::from_secs(60))
+    );
+    client.handle_timeout(ms(61_000));
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(client.error(), None);
+}
+
+#[test]
+fn simultaneous_close_goes_through_closing() {
+    let cfg = Config {
+        msl: Duration::from_millis(100),
+        ..config()
+    };
+    let (mut client, mut server) = handshake(cfg, cfg);
+    client.close();
+    server.close();
+    let fin_c = drain(&mut client, ms(2));
+    let fin_s = drain(&mut server, ms(2));
+    deliver(&mut client, ms(3), &fin_s);
+    deliver(&mut server, ms(3), &fin_c);
+    assert_eq!(client.state(), State::Closing);
+    assert_eq!(server.state(), State::Closing);
+    let end = run(&mut client, &mut server, ms(3), ms(10_000), |_| false);
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(server.state(), State::Closed);
+    assert!(end >= ms(203));
+}
+
+#[test]
+fn half_close_keeps_the_other_direction_open() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.shutdown();
+    let now = run(&mut client, &mut server, ms(2), ms(100), |_| false);
+    assert_eq!(client.state(), State::FinWait2);
+    assert_eq!(server.state(), State::CloseWait);
+    assert_eq!(client.send(b"more"), 0);
+    assert_eq!(server.send(b"reply after half-close"), 22);
+    let now = run(&mut client, &mut server, now, ms(200), |_| false);
+    assert_eq!(read_all(&mut client), b"reply after half-close");
+    server.shutdown();
+    run(&mut client, &mut server, now, ms(500_000), |_| false);
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(server.state(), State::Closed);
+}
+
+#[test]
+fn rst_exact_resets_in_window_challenges_outside_ignored() {
+    let (_, mut server) = handshake(config(), config());
+    let rcv_nxt = server.rcv_nxt();
+    let none = TcpOptions::default();
+    // Out of window: silently dropped.
+    server.handle_segment(
+        ms(2),
+        &raw(rcv_nxt + 1_000_000, SeqNumber(0), TcpFlags::RST, b"", none),
+    );
+    assert!(drain(&mut server, ms(2)).is_empty());
+    assert_eq!(server.state(), State::Established);
+    // In window but not exact: challenge ACK (RFC 5961 3.2).
+    server.handle_segment(
+        ms(3),
+        &raw(rcv_nxt + 10, SeqNumber(0), TcpFlags::RST, b"", none),
+    );
+    let challenge = drain(&mut server, ms(3));
+    assert_eq!(challenge.len(), 1);
+    assert_eq!(challenge[0].repr().ack_number, rcv_nxt);
+    assert_eq!(server.counters().get(Counter::TCPChallengeACK), 1);
+    assert_eq!(server.state(), State::Established);
+    // Exact: reset.
+    server.handle_segment(ms(4), &raw(rcv_nxt, SeqNumber(0), TcpFlags::RST, b"", none));
+    assert_eq!(server.state(), State::Closed);
+    assert_eq!(server.error(), Some(ConnectionError::Reset));
+    assert_eq!(server.counters().get(Counter::EstabResets), 1);
+}
+
+#[test]
+fn syn_in_established_draws_challenge_ack() {
+    let (_, mut server) = handshake(config(), config());
+    let rcv_nxt = server.rcv_nxt();
+    server.handle_segment(
+        ms(2),
+        &raw(
+            rcv_nxt + 5,
+            SeqNumber(0),
+            TcpFlags::SYN,
+            b"",
+            TcpOptions::default(),
+        ),
+    );
+    let out = drain(&mut server, ms(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].repr().flags, TcpFlags(TcpFlags::ACK));
+    assert_eq!(server.state(), State::Established);
+    assert_eq!(server.counters().get(Counter::TCPSYNChallenge), 1);
+}
+
+#[test]
+fn ack_for_unsent_data_is_acked_and_dropped() {
+    let (_, mut server) = handshake(config(), config());
+    let rcv_nxt = server.rcv_nxt();
+    let bogus = raw(
+        rcv_nxt,
+        server.snd_nxt() + 100,
+        TcpFlags::ACK,
+        b"zz",
+        TcpOptions::default(),
+    );
+    server.handle_segment(ms(2), &bogus);
+    assert_eq!(server.recv_queue(), 0);
+    assert_eq!(drain(&mut server, ms(2)).len(), 1);
+}
+
+#[test]
+fn paws_drops_old_timestamps() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(b"fresh");
+    let seg = drain(&mut client, ms(10));
+    let (tsval, tsecr) = seg[0].repr().options.timestamps.unwrap();
+    deliver(&mut server, ms(11), &seg);
+    assert_eq!(server.recv_queue(), 5);
+    let stale = TcpOptions {
+        timestamps: Some((tsval.wrapping_sub(100), tsecr)),
+        ..TcpOptions::default()
+    };
+    server.handle_segment(
+        ms(12),
+        &raw(
+            server.rcv_nxt(),
+            server.snd_nxt(),
+            TcpFlags::ACK,
+            b"old",
+            stale,
+        ),
+    );
+    assert_eq!(server.recv_queue(), 5);
+    assert_eq!(server.counters().get(Counter::PAWSEstab), 1);
+    assert!(!drain(&mut server, ms(12)).is_empty());
+}
+
+#[test]
+fn delayed_ack_every_second_full_segment_else_timer() {
+    let (mut client, mut server) = handshake(config(), config());
+    let data = vec![7u8; 1448 * 2];
+    client.send(&data[..1448]);
+    let one = drain(&mut client, ms(10));
+    assert_eq!(one.len(), 1);
+    deliver(&mut server, ms(11), &one);
+    assert!(
+        drain(&mut server, ms(11)).is_empty(),
+        "first segment is not ACKed at once"
+    );
+    assert_eq!(server.poll_timeout(), Some(ms(51)));
+    server.handle_timeout(ms(51));
+    let delayed = drain(&mut server, ms(51));
+    assert_eq!(delayed.len(), 1);
+    assert_eq!(server.counters().get(Counter::DelayedACKs), 1);
+    deliver(&mut client, ms(52), &delayed);
+    client.send(&data);
+    let two = drain(&mut client, ms(60));
+    assert_eq!(two.len(), 2);
+    deliver(&mut server, ms(61), &two[..1]);
+    assert!(drain(&mut server, ms(61)).is_empty());
+    deliver(&mut server, ms(61), &two[1..]);
+    let ack = drain(&mut server, ms(61));
+    assert_eq!(ack.len(), 1, "second full-sized segment is ACKed at once");
+    assert_eq!(ack[0].repr().ack_number, client.snd_nxt());
+}
+
+#[test]
+fn out_of_order_sack_blocks_most_recent_first() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(&vec![1u8; 1448 * 6]);
+    let segs = drain(&mut client, ms(10));
+    assert_eq!(segs.len(), 6);
+    // Deliver 2, then 4, then 5: holes at 0,1 and 3.
+    deliver(&mut server, ms(11), &segs[2..3]);
+    let ack1 = drain(&mut server, ms(11));
+    assert_eq!(ack1.len(), 1, "out-of-order data is ACKed at once");
+    deliver(&mut server, ms(11), &segs[4..5]);
+    let ack2 = drain(&mut server, ms(11));
+    let blocks = ack2[0].repr().options.sack_blocks;
+    let s = |i: u32| segs[i as usize].repr().seq_number;
+    assert_eq!(
+        blocks.as_slice(),
+        &[(s(4), s(4) + 1448), (s(2), s(2) + 1448)]
+    );
+    deliver(&mut server, ms(11), &segs[5..6]);
+    let ack3 = drain(&mut server, ms(11));
+    assert_eq!(
+        ack3[0].repr().options.sack_blocks.as_slice(),
+        &[(s(4), s(5) + 1448), (s(2), s(2) + 1448)]
+    );
+    // Filling the first hole is ACKed at once.
+    deliver(&mut server, ms(12), &segs[0..2]);
+    let ack4 = drain(&mut server, ms(12));
+    assert!(!ack4.is_empty());
+    assert_eq!(ack4.last().unwrap().repr().ack_number, s(3));
+}
+
+#[test]
+fn duplicate_segment_draws_dsack_and_undoes_spurious_recovery() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(&vec![3u8; 1448 * 8]);
+    let segs = drain(&mut client, ms(10));
+    // Segment 0 is delayed (reordered), 1..8 arrive: the sender sees three SACKs and
+    // fast-retransmits segment 0.
+    deliver(&mut server, ms(11), &segs[1..]);
+    let acks = drain(&mut server, ms(11));
+    deliver(&mut client, ms(21), &acks);
+    assert!(client.in_recovery());
+    assert_eq!(client.counters().get(Counter::TCPSackRecovery), 1);
+    let cwnd_in_recovery = client.cwnd();
+    let retrans = drain(&mut client, ms(21));
+    assert_eq!(retrans[0].repr().seq_number, segs[0].repr().seq_number);
+    assert_eq!(client.counters().get(Counter::RetransSegs), 1);
+    // The original arrives, then the retransmission: a D-SACK for it.
+    deliver(&mut server, ms(22), &segs[0..1]);
+    let _ = drain(&mut server, ms(22));
+    deliver(&mut server, ms(31), &retrans[..1]);
+    let dsack = drain(&mut server, ms(31));
+    let r = dsack[0].repr();
+    let first = r.options.sack_blocks.as_slice()[0];
+    assert_eq!(
+        first,
+        (segs[0].repr().seq_number, segs[0].repr().seq_number + 1448)
+    );
+    assert!(
+        first.1 <= r.ack_number,
+        "D-SACK block lies below the cumulative ACK"
+    );
+    assert_eq!(server.counters().get(Counter::TCPDSACKOldSent), 1);
+    deliver(&mut client, ms(41), &dsack);
+    assert_eq!(client.counters().get(Counter::TCPDSACKRecv), 1);
+    assert_eq!(client.stats().spurious_retransmissions, 1);
+    assert_eq!(client.counters().get(Counter::TCPDSACKUndo), 1);
+    assert!(
+        client.cwnd() > cwnd_in_recovery,
+        "the congestion response was undone"
+    );
+    assert_eq!(client.ssthresh(), u32::MAX);
+}
+
+#[test]
+fn newreno_fast_retransmit_without_sack() {
+    let no_sack = Config {
+        sack: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(no_sack, no_sack);
+    client.send(&vec![5u8; 1448 * 8]);
+    let segs = drain(&mut client, ms(10));
+    deliver(&mut server, ms(11), &segs[1..]);
+    let acks = drain(&mut server, ms(11));
+    assert!(acks.len() >= 3);
+    assert!(acks.iter().all(|a| a.repr().options.sack_blocks.is_empty()));
+    deliver(&mut client, ms(21), &acks);
+    assert_eq!(client.counters().get(Counter::TCPRenoRecovery), 1);
+    let retrans = drain(&mut client, ms(21));
+    assert_eq!(retrans[0].repr().seq_number, segs[0].repr().seq_number);
+    deliver(&mut server, ms(31), &retrans[..1]);
+    assert_eq!(server.recv_queue(), 1448 * 8);
+    let ack = drain(&mut server, ms(31));
+    deliver(&mut client, ms(41), &ack);
+    assert!(!client.in_recovery());
+    assert_eq!(client.cwnd(), client.ssthresh());
+}
+
+#[test]
+fn rto_backs_off_and_karn_skips_retransmitted_samples() {
+    let plain = Config {
+        timestamps: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(plain, plain);
+    let rto0 = client.rto();
+    client.send(b"lost twice");
+    let first = drain(&mut client, ms(10));
+    assert_eq!(first.len(), 1);
+    let t1 = client.poll_timeout().unwrap();
+    assert_eq!(t1, ms(10) + rto0);
+    client.handle_timeout(t1);
+    let second = drain(&mut client, t1);
+    assert_eq!(second[0].repr().seq_number, first[0].repr().seq_number);
+    assert_eq!(client.rto(), rto0 * 2);
+    let t2 = client.poll_timeout().unwrap();
+    assert_eq!(t2, t1 + rto0 * 2);
+    client.handle_timeout(t2);
+    let third = drain(&mut client, t2);
+    assert_eq!(client.rto(), rto0 * 4);
+    assert_eq!(client.counters().get(Counter::TCPTimeouts), 2);
+    let srtt_before = client.srtt();
+    deliver(&mut server, t2 + Duration::from_millis(5), &third);
+    let ack = drain(&mut server, t2 + Duration::from_millis(45));
+    deliver(&mut client, t2 + Duration::from_millis(50), &ack);
+    assert_eq!(
+        client.srtt(),
+        srtt_before,
+        "Karn: no sample from a retransmitted segment"
+    );
+    assert_eq!(client.rto(), rto0 * 4, "backoff kept until a valid sample");
+    client.send(b"fresh");
+    let now = t2 + Duration::from_millis(100);
+    let fresh = drain(&mut client, now);
+    deliver(&mut server, now + Duration::from_millis(10), &fresh);
+    server.handle_timeout(now + Duration::from_millis(50));
+    let ack = drain(&mut server, now + Duration::from_millis(50));
+    deliver(&mut client, now + Duration::from_millis(60), &ack);
+    assert!(client.rto() < rto0 * 4, "a valid sample ends the backoff");
+}
+
+#[test]
+fn zero_window_probe_and_window_update_on_read() {
+    let small = Config {
+        recv_buffer: 4 * 1448,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(config(), small);
+    client.send(&vec![9u8; 20 * 1448]);
+    let now = run(&mut client, &mut server, ms(2), ms(100), |_| false);
+    assert_eq!(server.rcv_wnd(), 0);
+    assert_eq!(client.snd_wnd(), 0);
+    assert!(server.counters().get(Counter::TCPToZeroWindowAdv) >= 1);
+    // Persist timer fires: a probe with SND.UNA - 1 and no data.
+    let probe_at = client.poll_timeout().expect("persist timer armed");
+    client.handle_timeout(probe_at);
+    let probe = drain(&mut client, probe_at);
+    assert_eq!(probe.len(), 1);
+    assert_eq!(probe[0].repr().seq_number, client.snd_una() - 1);
+    assert!(probe[0].repr().payload.is_empty());
+    assert_eq!(client.counters().get(Counter::TCPWinProbe), 1);
+    deliver(&mut server, probe_at, &probe);
+    let answer = drain(&mut server, probe_at);
+    assert_eq!(answer[0].repr().window_len, 0);
+    // Reading opens the window and sends a window update at once.
+    let got = read_all(&mut server);
+    assert_eq!(got.len(), 4 * 1448);
+    let update = drain(&mut server, probe_at);
+    assert_eq!(update.len(), 1);
+    assert!(update[0].repr().window_len > 0);
+    assert!(now < probe_at);
+}
+
+#[test]
+fn nagle_holds_small_segments_until_acked() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(b"a");
+    assert_eq!(drain(&mut client, ms(10)).len(), 1);
+    client.send(b"b");
+    client.send(b"c");
+    assert!(
+        drain(&mut client, ms(11)).is_empty(),
+        "Nagle holds the tail"
+    );
+    let nodelay = Config {
+        nagle: false,
+        ..config()
+    };
+    let (mut c2, _) = handshake(nodelay, config());
+    c2.send(b"a");
+    drain(&mut c2, ms(10));
+    c2.send(b"b");
+    assert_eq!(drain(&mut c2, ms(11)).len(), 1, "TCP_NODELAY sends at once");
+    let _ = server;
+}
+
+#[test]
+fn keepalive_probes_then_gives_up() {
+    let ka = Config {
+        keepalive: true,
+        keepalive_time: Duration::from_secs(10),
+        keepalive_interval: Duration::from_secs(1),
+        keepalive_probes: 2,
+        ..config()
+    };
+    let (mut client, _server) = handshake(ka, config());
+    assert_eq!(client.poll_timeout(), Some(ms(1) + Duration::from_secs(10)));
+    let mut now = client.poll_timeout().unwrap();
+    for _ in 0..2 {
+        client.handle_timeout(now);
+        let probe = drain(&mut client, now);
+        assert_eq!(probe.len(), 1);
+        assert_eq!(probe[0].repr().seq_number, client.snd_una() - 1);
+        now = client.poll_timeout().unwrap();
+    }
+    client.handle_timeout(now);
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(client.error(), Some(ConnectionError::TimedOut));
+    assert_eq!(client.counters().get(Counter::TCPKeepAlive), 2);
+}
+
+#[test]
+fn close_with_unread_data_sends_rst() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(b"unread");
+    let data = drain(&mut client, ms(5));
+    deliver(&mut server, ms(6), &data);
+    server.close();
+    let out = drain(&mut server, ms(6));
+    assert!(out[0].repr().flags.rst());
+    assert_eq!(server.counters().get(Counter::TCPAbortOnClose), 1);
+    deliver(&mut client, ms(7), &out);
+    assert_eq!(client.error(), Some(ConnectionError::Reset));
+}
+
+#[test]
+fn bulk_transfer_with_loss_delivers_everything_and_closes() {
+    let (mut client, mut server) = handshake(config(), config());
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+    let mut sent = 0;
+    let mut received = Vec::new();
+    let mut now = ms(2);
+    let mut counter = 0u32;
+    while received.len() < data.len() {
+        sent += client.send(&data[sent..]);
+        if sent == data.len() {
+            client.close();
+        }
+        now = run(
+            &mut client,
+            &mut server,
+            now,
+            now + Duration::from_millis(50),
+            |w| {
+                counter += 1;
+                !w.repr().payload.is_empty() && counter % 17 == 0
+            },
+        );
+        received.extend(read_all(&mut server));
+        now += Duration::from_millis(1);
+        assert!(now < ms(600_000), "transfer stalled");
+    }
+    assert_eq!(received, data);
+    server.close();
+    run(
+        &mut client,
+        &mut server,
+        now,
+        now + Duration::from_secs(200),
+        |_| false,
+    );
+    assert_eq!(client.state(), State::Closed);
+    assert_eq!(server.state(), State::Closed);
+    assert!(client.counters().get(Counter::RetransSegs) > 0);
+}
+
+#[test]
+fn sack_blocks_limit_with_and_without_timestamps() {
+    for (ts, limit) in [(true, 3), (false, 4)] {
+        let cfg = Config {
+            timestamps: ts,
+            ..config()
+        };
+        let (mut client, mut server) = handshake(cfg, cfg);
+        client.send(&vec![1u8; 1448 * 12]);
+        let segs = drain(&mut client, ms(10));
+        for i in [2, 4, 6, 8, 10] {
+            deliver(&mut server, ms(11), &segs[i..i + 1]);
+        }
+        let acks = drain(&mut server, ms(11));
+        let blocks: SackBlocks = acks.last().unwrap().repr().options.sack_blocks;
+        assert_eq!(blocks.len(), limit);
+        assert_eq!(blocks.as_slice()[0].0, segs[10].repr().seq_number);
+    }
+}
