@@ -1,5 +1,8 @@
 //! `NetworkTuning`: what the user writes — which nodes, what to change on them, how to roll out.
 
+// kube-derive's repeated `printcolumn(type_ = ...)` attributes look duplicated to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -10,6 +13,26 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::node_config::NodeConfig;
+
+/// The CEL regular expression of a label key: an optional DNS-subdomain prefix and a name.
+const LABEL_KEY_CEL_REGEX: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+
+/// The CEL rule on the keys of `matchLabels`.
+fn match_labels_keys_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "self.all(k, size(k) <= 317 && k.matches('{LABEL_KEY_CEL_REGEX}'))"
+    ))
+    .message(
+        "matchLabels keys must be valid label keys: [prefix/]name, the name at most 63 characters \
+         of letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+    )
+}
+
+/// The CEL rule on a requirement's key.
+fn label_key_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!("self.matches('{LABEL_KEY_CEL_REGEX}')"))
+        .message("must be a valid label key")
+}
 
 /// A desired network configuration for the nodes a selector picks, rolled out canary-first.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -71,9 +94,7 @@ pub struct NodeSelector {
     /// Labels a node must carry with exactly these values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
-    #[x_kube(validation = kube::core::Rule::new(
-        "self.all(k, size(k) <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'))"
-    ).message("matchLabels keys must be valid label keys: [prefix/]name, the name at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit"))]
+    #[x_kube(validation = match_labels_keys_rule())]
     pub match_labels: BTreeMap<String, LabelValue>,
     /// Set-based requirements a node's labels must all meet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -104,9 +125,7 @@ pub struct LabelValue(
 pub struct SelectorRequirement {
     /// The label key the requirement applies to.
     #[schemars(length(min = 1, max = 317))]
-    #[x_kube(validation = kube::core::Rule::new(
-        "self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')"
-    ).message("must be a valid label key"))]
+    #[x_kube(validation = label_key_rule())]
     pub key: String,
     /// How the key's value is tested.
     pub operator: SelectorOperator,

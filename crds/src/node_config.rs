@@ -43,6 +43,18 @@ pub const SYSCTL_MAX_KEYS: usize = 128;
 /// by construction.
 pub const SYSCTL_KEY_CEL_REGEX: &str = "^((net[.](core|ipv4|ipv6|netfilter|unix))([.][A-Za-z0-9_-]+)+|vm[.]min_free_kbytes|kernel[.]numa_balancing)$";
 
+/// The CRD's CEL rule on the keys of `sysctls`; its message names the first bad key.
+fn sysctl_keys_rule() -> kube::core::Rule {
+    let re = SYSCTL_KEY_CEL_REGEX;
+    kube::core::Rule::new(format!("self.all(k, k.matches('{re}'))"))
+        .message(kube::core::Message::Expression(format!(
+            "'sysctl key ' + self.filter(k, !k.matches('{re}'))[0] + ' is not allowed: keys are \
+             dot-separated names under net.core., net.ipv4., net.ipv6., net.netfilter. or net.unix. \
+             (or vm.min_free_kbytes, kernel.numa_balancing), with no /, .., whitespace or control characters'"
+        )))
+        .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// Whether `key` is a sysctl key the API accepts; the same rule as the CRD's CEL validation.
 pub fn sysctl_key_allowed(key: &str) -> bool {
     if SYSCTL_EXTRA_KEYS.iter().any(|(k, _)| *k == key) {
@@ -80,12 +92,7 @@ pub struct NodeConfig {
     /// net.* keys are per network namespace; the agent sets them in its own.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 128))]
-    #[x_kube(validation = kube::core::Rule::new(
-        "self.all(k, k.matches('^((net[.](core|ipv4|ipv6|netfilter|unix))([.][A-Za-z0-9_-]+)+|vm[.]min_free_kbytes|kernel[.]numa_balancing)$'))"
-    
-    ).message(kube::core::Message::Expression(
-        "'sysctl key ' + self.filter(k, !k.matches('^((net[.](core|ipv4|ipv6|netfilter|unix))([.][A-Za-z0-9_-]+)+|vm[.]min_free_kbytes|kernel[.]numa_balancing)$'))[0] + ' is not allowed: keys are dot-separated names under net.core., net.ipv4., net.ipv6., net.netfilter. or net.unix. (or vm.min_free_kbytes, kernel.numa_balancing), with no /, .., whitespace or control characters'".into()
-    )).reason(kube::core::Reason::FieldValueInvalid))]
+    #[x_kube(validation = sysctl_keys_rule())]
     pub sysctls: BTreeMap<String, SysctlValue>,
 
     /// NIC settings, one entry per group of interfaces chosen by `match`.

@@ -1,6 +1,9 @@
 //! `NodeTuning`: the contract between the operator and one node's agent. The operator writes its
 //! spec; only that node's agent writes its status.
 
+// kube-derive's repeated `printcolumn(type_ = ...)` attributes look duplicated to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
