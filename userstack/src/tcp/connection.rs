@@ -151,6 +151,9 @@ pub struct Connection {
     zero_window_advertised: bool,
 
     ack_now: bool,
+    /// Duplicate ACKs owed, one per out-of-order or duplicate segment, so that a batch of
+    /// arrivals still yields one ACK each (the sender counts them, RFC 5681 section 4.2).
+    dupacks_owed: u32,
     segments_unacked: u32,
     delack_deadline: Option<Instant>,
     dsack: Option<(SeqNumber, SeqNumber)>,
@@ -233,6 +236,7 @@ impl Connection {
             last_ack_sent: SeqNumber(0),
             zero_window_advertised: false,
             ack_now: false,
+            dupacks_owed: 0,
             segments_unacked: 0,
             delack_deadline: None,
             dsack: None,
@@ -650,13 +654,16 @@ impl Connection {
         let flags = seg.flags;
         self.keepalive_probes_sent = 0;
 
-        // A retransmitted SYN while in SYN-RECEIVED: repeat the SYN-ACK.
-        if self.state == State::SynReceived
-            && flags.syn()
-            && !flags.ack()
-            && seg.seq_number == self.irs
-        {
-            self.send_syn = true;
+        if self.state == State::SynReceived && flags.syn() && seg.seq_number == self.irs {
+            if !flags.ack() {
+                // A retransmitted SYN: repeat the SYN-ACK.
+                self.send_syn = true;
+            } else if self.snd_una < seg.ack_number && seg.ack_number <= self.snd_nxt {
+                // Simultaneous open: the peer's SYN-ACK acknowledges ours (RFC 9293 figure 8).
+                self.snd_una = seg.ack_number;
+                self.snd_wl2 = seg.ack_number;
+                self.enter_established();
+            }
             return;
         }
 
@@ -818,6 +825,10 @@ impl Connection {
         self.rto_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
+    }
+
+    fn owe_dupack(&mut self) {
+        self.dupacks_owed = (self.dupacks_owed + 1).min(16);
     }
 
     fn challenge_ack(&mut self) {
@@ -993,7 +1004,7 @@ impl Connection {
         }
         let mut newly = 0;
         for &(left, right) in &blocks[usize::from(skip_first)..] {
-            if !(left < right) || left < self.snd_una || right > self.snd_nxt {
+            if left >= right || left < self.snd_una || right > self.snd_nxt {
                 self.counters.bump(Counter::TCPSACKDiscard);
                 continue;
             }
@@ -1076,7 +1087,7 @@ impl Connection {
                     self.dsack = Some((seq, seq + written as u32));
                     self.counters.bump(Counter::TCPDSACKOfoSent);
                 }
-                self.ack_now = true;
+                self.owe_dupack();
                 return;
             }
             _ => {}
@@ -1088,7 +1099,7 @@ impl Connection {
         if offset > 0 {
             // Out of order: ACK at once so the sender sees the hole (RFC 5681 section 4.2).
             self.counters.bump(Counter::TCPOFOQueue);
-            self.ack_now = true;
+            self.owe_dupack();
         } else if had_holes {
             // A hole was (partly) filled: ACK at once.
             self.ack_now = true;
@@ -1319,6 +1330,14 @@ impl Connection {
             let seq = self.snd_una - 1;
             let n = self.emit_segment(now, buffer, seq, TcpFlags::ACK, 0, 0);
             self.update_timers(now);
+            return Some(n);
+        }
+        if self.dupacks_owed > 0 && self.state.is_synchronized() {
+            self.dupacks_owed -= 1;
+            let ack_now = self.ack_now;
+            let n = self.emit_segment(now, buffer, self.snd_nxt, TcpFlags::ACK, 0, 0);
+            // Keep owing the final ACK while more duplicates are due.
+            self.ack_now = ack_now && self.dupacks_owed > 0;
             return Some(n);
         }
         if self.ack_now && self.state != State::SynReceived {
@@ -1576,6 +1595,10 @@ impl Connection {
         self.last_ack_sent = self.rcv_nxt;
         self.ack_now = false;
         self.segments_unacked = 0;
+        if flags & TcpFlags::SYN == 0 && self.dupacks_owed > 0 && len > 0 {
+            // A data segment carries the ACK too.
+            self.dupacks_owed -= 1;
+        }
         self.delack_deadline = None;
         self.last_send = now;
         self.counters.bump(Counter::OutSegs);
