@@ -9,7 +9,7 @@ use super::rtt::RttEstimator;
 use super::scoreboard::{Scoreboard, SentSegment};
 use crate::counters::{Counter, Counters};
 use crate::time::Instant;
-use crate::wire::tcp::{emit_header, fill_checksum, MAX_HEADER_LEN};
+use crate::wire::tcp::{emit_header, fill_checksum};
 use crate::wire::{SackBlocks, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
 use core::time::Duration;
 use std::net::SocketAddrV4;
@@ -104,6 +104,9 @@ enum Probe {
 
 /// How far beyond TS.Recent a timestamp may be stale before PAWS ignores it (RFC 7323 5.5).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+/// Room for the TCP header and timestamps that every output buffer must have beyond one MSS.
+const MIN_HEADER_ROOM: usize = 32;
 
 /// The MSS assumed when the peer sends none (RFC 9293 section 3.7.1).
 const DEFAULT_MSS: u32 = 536;
@@ -1281,7 +1284,7 @@ impl Connection {
     /// and returns its length, or `None` when there is nothing to send now. `buffer` must hold
     /// at least 60 bytes plus one MSS. Call repeatedly until `None`.
     pub fn poll_transmit(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
-        if buffer.len() < MAX_HEADER_LEN + self.send_mss as usize {
+        if buffer.len() < MIN_HEADER_ROOM + self.send_mss as usize {
             return None;
         }
         if let Some((seq, ack)) = self.reset_to_send.take() {
@@ -1435,7 +1438,8 @@ impl Connection {
         let window_right = self.snd_una + self.snd_wnd;
         let usable_window = window_right.distance_from(self.snd_nxt) as usize;
         let cwnd_room = cwnd.saturating_sub(pipe) as usize;
-        let mss = self.send_mss as usize;
+        // Segments carrying SACK blocks have less room for data (Linux tcp_current_mss).
+        let mss = (self.send_mss as usize).min(buffer.len() - self.header_len_estimate());
         let len = unsent.min(mss).min(usable_window).min(cwnd_room);
         if unsent > 0 && len == 0 {
             if cwnd_room == 0 {
@@ -1496,6 +1500,20 @@ impl Connection {
         }
         self.keepalive_deadline = None;
         Some(n)
+    }
+
+    fn sack_blocks_pending(&self) -> usize {
+        if !self.sack_ok {
+            return 0;
+        }
+        let limit = if self.ts_ok { 3 } else { 4 };
+        (usize::from(self.dsack.is_some()) + self.assembler.ranges().len()).min(limit)
+    }
+
+    fn header_len_estimate(&self) -> usize {
+        let blocks = self.sack_blocks_pending();
+        let sack = if blocks > 0 { 4 + 8 * blocks } else { 0 };
+        20 + if self.ts_ok { 12 } else { 0 } + sack
     }
 
     fn retransmit(&mut self, now: Instant, buffer: &mut [u8], index: usize) -> usize {
@@ -1582,6 +1600,12 @@ impl Connection {
             options,
             payload: &[],
         };
+        let mut repr = repr;
+        while repr.header_len() + len > buffer.len() && !repr.options.sack_blocks.is_empty() {
+            // A retransmission sized before SACK blocks were due: shed blocks to fit.
+            let keep = repr.options.sack_blocks.len() - 1;
+            repr.options.sack_blocks.truncate(keep);
+        }
         let header_len = emit_header(&repr, buffer);
         let copied = self
             .send_buffer

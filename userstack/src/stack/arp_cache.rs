@@ -1,0 +1,95 @@
+//! The neighbour table: IPv4 to MAC, with expiry and a small queue of frames awaiting
+//! resolution.
+
+use crate::time::Instant;
+use crate::wire::EthernetAddress;
+use core::time::Duration;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+/// How long a learned entry stays valid (Linux `base_reachable_time` is 30 s; stale entries
+/// are re-probed, we simply re-resolve).
+pub const ENTRY_LIFETIME: Duration = Duration::from_secs(60);
+/// Minimum gap between two requests for the same address.
+pub const REQUEST_INTERVAL: Duration = Duration::from_secs(1);
+/// Frames held while waiting for replies, over all addresses (Linux `unres_qlen` is per
+/// neighbour; one bound keeps memory fixed).
+pub const MAX_PENDING: usize = 64;
+
+/// IPv4-to-Ethernet mappings learned from ARP.
+#[derive(Debug, Default)]
+pub struct ArpCache {
+    entries: HashMap<Ipv4Addr, (EthernetAddress, Instant)>,
+    last_request: HashMap<Ipv4Addr, Instant>,
+    pending: Vec<(Ipv4Addr, Vec<u8>)>,
+}
+
+impl ArpCache {
+    /// An empty cache.
+    pub fn new() -> ArpCache {
+        ArpCache::default()
+    }
+
+    /// The MAC for `ip`, if known and fresh.
+    pub fn lookup(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+        self.entries
+            .get(&ip)
+            .filter(|(_, expires)| *expires > now)
+            .map(|(mac, _)| *mac)
+    }
+
+    /// Learns `ip` is at `mac`; returns frames that were waiting for it.
+    pub fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) -> Vec<Vec<u8>> {
+        self.entries.insert(ip, (mac, now + ENTRY_LIFETIME));
+        self.last_request.remove(&ip);
+        let mut ready = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            if self.pending[i].0 == ip {
+                ready.push(self.pending.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
+        }
+        ready
+    }
+
+    /// Holds `frame` until `ip` resolves; returns false (frame dropped) when the queue is full.
+    pub fn hold(&mut self, ip: Ipv4Addr, frame: Vec<u8>) -> bool {
+        if self.pending.len() >= MAX_PENDING {
+            return false;
+        }
+        self.pending.push((ip, frame));
+        true
+    }
+
+    /// Whether a request for `ip` should go out now (rate-limited per address).
+    pub fn should_request(&mut self, ip: Ipv4Addr, now: Instant) -> bool {
+        match self.last_request.get(&ip) {
+            Some(&at) if now - at < REQUEST_INTERVAL => false,
+            _ => {
+                self.last_request.insert(ip, now);
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learn_expire_and_flush_pending() {
+        let mut cache = ArpCache::new();
+        let ip = Ipv4Addr::new(198, 18, 0, 9);
+        let mac = EthernetAddress([2, 0, 0, 0, 0, 9]);
+        assert!(cache.should_request(ip, Instant::ZERO));
+        assert!(!cache.should_request(ip, Instant::from_millis(10)));
+        assert!(cache.hold(ip, vec![1, 2, 3]));
+        let ready = cache.learn(ip, mac, Instant::ZERO);
+        assert_eq!(ready, vec![vec![1, 2, 3]]);
+        assert_eq!(cache.lookup(ip, Instant::from_millis(5)), Some(mac));
+        assert_eq!(cache.lookup(ip, Instant::ZERO + ENTRY_LIFETIME), None);
+    }
+}

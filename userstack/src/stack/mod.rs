@@ -1,0 +1,922 @@
+//! A per-core stack instance: Ethernet, ARP, IPv4, ICMP echo and TCP over a flow table, with
+//! listeners, a timer wheel, buffer pools, batched rx/tx and a socket-like API.
+
+mod arp_cache;
+mod buffer_pool;
+mod flow_table;
+mod listener;
+mod timer_wheel;
+
+pub use arp_cache::ArpCache;
+pub use buffer_pool::BufferPool;
+pub use flow_table::{FlowTable, FourTuple, KeyedHasherBuilder};
+pub use listener::Listener;
+pub use timer_wheel::TimerWheel;
+
+use crate::counters::{Counter, Counters};
+use crate::tcp::{self, Connection, State};
+use crate::time::Instant;
+use crate::wire::{
+    arp, ethernet, ethertype, icmp, ipv4, tcp as tcp_wire, ArpOperation, ArpRepr, EthernetAddress,
+    EthernetRepr, IcmpRepr, Ipv4Repr, ParseError, SeqNumber, TcpFlags, TcpRepr,
+};
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// Headers in front of a TCP segment in a frame: Ethernet II and a 20-byte IPv4 header.
+const TCP_OFFSET: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+/// Largest frame we build: Ethernet header plus a 1500-byte MTU.
+pub const MAX_FRAME_LEN: usize = ethernet::HEADER_LEN + 1500;
+
+/// Configuration of one stack instance.
+#[derive(Clone, Copy, Debug)]
+pub struct StackConfig {
+    /// Our MAC address.
+    pub mac: EthernetAddress,
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Prefix length of our subnet.
+    pub prefix_len: u8,
+    /// Next hop for destinations outside the subnet.
+    pub gateway: Option<Ipv4Addr>,
+    /// Defaults for new connections.
+    pub tcp: tcp::Config,
+    /// Secret for ISS generation (RFC 6528) and flow hashing.
+    pub secret: u64,
+    /// SYN queue bound per listener (`net.ipv4.tcp_max_syn_backlog`, Linux 4096 on big hosts).
+    pub syn_backlog: usize,
+    /// Cap on a listener's accept queue (`net.core.somaxconn` = 4096).
+    pub somaxconn: usize,
+    /// Ephemeral port range (`net.ipv4.ip_local_port_range` = 32768 60999).
+    pub ephemeral_ports: (u16, u16),
+}
+
+impl StackConfig {
+    /// A configuration with Linux defaults for the given addresses.
+    pub fn new(mac: EthernetAddress, ip: Ipv4Addr, prefix_len: u8) -> StackConfig {
+        StackConfig {
+            mac,
+            ip,
+            prefix_len,
+            gateway: None,
+            tcp: tcp::Config::default(),
+            secret: 0x5eed,
+            syn_backlog: 4096,
+            somaxconn: 4096,
+            ephemeral_ports: (32768, 60999),
+        }
+    }
+}
+
+/// Names a connection: a slot index plus a generation, so a stale handle never reaches a
+/// slot's next occupant.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct SocketHandle {
+    index: u32,
+    generation: u32,
+}
+
+/// Readiness of a connection, as reported by events.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Readiness {
+    /// `recv` returns data or end of stream.
+    pub readable: bool,
+    /// `send` accepts data.
+    pub writable: bool,
+    /// The connection reached CLOSED.
+    pub closed: bool,
+}
+
+/// Something the application may want to act on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Event {
+    /// The listener on this port has a connection to accept.
+    Acceptable(u16),
+    /// A connection's readiness changed.
+    Ready(SocketHandle, Readiness),
+}
+
+/// Why an API call failed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Error {
+    /// The handle names no live connection.
+    InvalidHandle,
+    /// The port already has a listener.
+    AddressInUse,
+    /// No free ephemeral port toward this destination.
+    NoPortAvailable,
+}
+
+/// Who holds a connection: the application, or a listener's SYN or accept queue.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Owner {
+    User,
+    SynQueue(u16),
+    AcceptQueue(u16),
+}
+
+#[derive(Debug)]
+struct Slot {
+    conn: Connection,
+    generation: u32,
+    timer_generation: u32,
+    scheduled: Option<Instant>,
+    owner: Owner,
+    released: bool,
+    dirty: bool,
+    last_readiness: Readiness,
+}
+
+/// One stack instance. Drive it with [`Stack::ingress`], [`Stack::poll_timers`] and
+/// [`Stack::egress`]; use the socket calls in between.
+#[derive(Debug)]
+pub struct Stack {
+    config: StackConfig,
+    slots: Vec<Option<Slot>>,
+    free_slots: Vec<u32>,
+    generations: Vec<u32>,
+    flows: FlowTable,
+    listeners: HashMap<u16, Listener>,
+    arp: ArpCache,
+    wheel: TimerWheel,
+    pool: BufferPool,
+    tx_queue: Vec<Vec<u8>>,
+    dirty: Vec<u32>,
+    events: Vec<Event>,
+    expired: Vec<(u32, u32)>,
+    counters: Counters,
+    retired: Counters,
+    next_port: u16,
+    ip_ident: u16,
+    now: Instant,
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Stack {
+    /// A stack whose clock starts at `now`.
+    pub fn new(config: StackConfig, now: Instant) -> Stack {
+        Stack {
+            flows: FlowTable::with_hasher(KeyedHasherBuilder::new(mix(config.secret))),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            generations: Vec::new(),
+            listeners: HashMap::new(),
+            arp: ArpCache::new(),
+            wheel: TimerWheel::new(1_000_000, now),
+            pool: BufferPool::new(MAX_FRAME_LEN, 4096),
+            tx_queue: Vec::new(),
+            dirty: Vec::new(),
+            events: Vec::new(),
+            expired: Vec::new(),
+            counters: Counters::default(),
+            retired: Counters::default(),
+            next_port: config.ephemeral_ports.0,
+            ip_ident: 0,
+            now,
+            config,
+        }
+    }
+
+    /// This instance's configuration.
+    pub fn config(&self) -> &StackConfig {
+        &self.config
+    }
+
+    /// Adds a static neighbour entry (as `ip neigh add ... nud permanent` would).
+    pub fn add_neighbor(&mut self, ip: Ipv4Addr, mac: EthernetAddress) {
+        let frames = self.arp.learn(ip, mac, Instant::from_nanos(u64::MAX / 2));
+        self.tx_queue.extend(frames);
+    }
+
+    // ------------------------------------------------------------------ socket API
+
+    /// Opens a listener on `port` with an accept queue of `backlog` (capped by somaxconn).
+    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<(), Error> {
+        self.listen_with(port, backlog, self.config.tcp)
+    }
+
+    /// Like [`Stack::listen`] with a per-listener TCP configuration.
+    pub fn listen_with(
+        &mut self,
+        port: u16,
+        backlog: usize,
+        config: tcp::Config,
+    ) -> Result<(), Error> {
+        if self.listeners.contains_key(&port) {
+            return Err(Error::AddressInUse);
+        }
+        let backlog = backlog.clamp(1, self.config.somaxconn);
+        self.listeners.insert(
+            port,
+            Listener::new(config, backlog, self.config.syn_backlog),
+        );
+        Ok(())
+    }
+
+    /// Closes the listener on `port`; connections not yet accepted are reset.
+    pub fn unlisten(&mut self, port: u16) {
+        if let Some(listener) = self.listeners.remove(&port) {
+            for handle in listener.accept_queue {
+                let _ = self.abort(handle);
+            }
+        }
+    }
+
+    /// Takes one established connection from the listener on `port`.
+    pub fn accept(&mut self, port: u16) -> Option<SocketHandle> {
+        let handle = self.listeners.get_mut(&port)?.accept_queue.pop_front()?;
+        if let Some(slot) = self.slot_mut(handle) {
+            slot.owner = Owner::User;
+        }
+        Some(handle)
+    }
+
+    /// Active open to `remote` from an ephemeral port.
+    pub fn connect(&mut self, remote: SocketAddrV4) -> Result<SocketHandle, Error> {
+        self.connect_with(remote, self.config.tcp)
+    }
+
+    /// Like [`Stack::connect`] with a per-connection TCP configuration.
+    pub fn connect_with(
+        &mut self,
+        remote: SocketAddrV4,
+        config: tcp::Config,
+    ) -> Result<SocketHandle, Error> {
+        let (low, high) = self.config.ephemeral_ports;
+        let span = u32::from(high - low) + 1;
+        for _ in 0..span {
+            let port = self.next_port;
+            self.next_port = if port >= high { low } else { port + 1 };
+            let tuple = FourTuple {
+                local: SocketAddrV4::new(self.config.ip, port),
+                remote,
+            };
+            if self.flows.contains_key(&tuple) || self.listeners.contains_key(&port) {
+                continue;
+            }
+            let iss = self.iss(&tuple);
+            let entropy = mix(u64::from(iss.0) ^ self.config.secret.rotate_left(17));
+            let conn = Connection::connect(config, tuple.local, remote, iss, entropy, self.now);
+            let handle = self.insert(conn, Owner::User);
+            return Ok(handle);
+        }
+        Err(Error::NoPortAvailable)
+    }
+
+    /// Queues bytes; returns how many were taken.
+    pub fn send(&mut self, handle: SocketHandle, data: &[u8]) -> Result<usize, Error> {
+        let index = self.index_of(handle)?;
+        let n = self.slot_at(index).conn.send(data);
+        self.touch(index);
+        Ok(n)
+    }
+
+    /// Reads received bytes; returns how many were read (0 with `is_recv_finished` = end).
+    pub fn recv(&mut self, handle: SocketHandle, out: &mut [u8]) -> Result<usize, Error> {
+        let index = self.index_of(handle)?;
+        let n = self.slot_at(index).conn.recv(out);
+        self.touch(index);
+        Ok(n)
+    }
+
+    /// Half-closes: our FIN follows the queued data.
+    pub fn shutdown(&mut self, handle: SocketHandle) -> Result<(), Error> {
+        let index = self.index_of(handle)?;
+        self.slot_at(index).conn.shutdown();
+        self.touch(index);
+        Ok(())
+    }
+
+    /// Closes and releases the handle; the connection finishes its closing sequence alone.
+    pub fn close(&mut self, handle: SocketHandle) -> Result<(), Error> {
+        let index = self.index_of(handle)?;
+        let slot = self.slot_at(index);
+        slot.conn.close();
+        slot.released = true;
+        self.touch(index);
+        Ok(())
+    }
+
+    /// Resets the connection and releases the handle.
+    pub fn abort(&mut self, handle: SocketHandle) -> Result<(), Error> {
+        let index = self.index_of(handle)?;
+        let slot = self.slot_at(index);
+        slot.conn.abort();
+        slot.released = true;
+        self.touch(index);
+        Ok(())
+    }
+
+    /// The connection behind `handle`, for inspection (state, cwnd, counters...).
+    pub fn connection(&self, handle: SocketHandle) -> Option<&Connection> {
+        self.slots
+            .get(handle.index as usize)?
+            .as_ref()
+            .filter(|s| s.generation == handle.generation)
+            .map(|s| &s.conn)
+    }
+
+    /// Moves pending readiness events into `out`.
+    pub fn poll_events(&mut self, out: &mut Vec<Event>) {
+        out.append(&mut self.events);
+    }
+
+    /// Live connections in the flow table.
+    pub fn connection_count(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// All counters: the stack's own, retired connections' and live connections'.
+    pub fn counters(&self) -> Counters {
+        let mut total = self.counters.clone();
+        total.merge(&self.retired);
+        let mut established = 0;
+        for slot in self.slots.iter().flatten() {
+            total.merge(slot.conn.counters());
+            if matches!(slot.conn.state(), State::Established | State::CloseWait) {
+                established += 1;
+            }
+        }
+        total.set(Counter::CurrEstab, established);
+        total
+    }
+
+    // ------------------------------------------------------------------ driving
+
+    /// Processes a batch of received frames; the buffers are kept for reuse.
+    pub fn ingress(&mut self, now: Instant, frames: &mut Vec<Vec<u8>>) {
+        self.now = self.now.max(now);
+        for frame in frames.drain(..) {
+            self.receive_frame(&frame);
+            self.pool.put(frame);
+        }
+    }
+
+    /// Runs expired timers.
+    pub fn poll_timers(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+        let mut expired = core::mem::take(&mut self.expired);
+        self.wheel.advance(self.now, &mut expired);
+        for (index, generation) in expired.drain(..) {
+            let Some(Some(slot)) = self.slots.get_mut(index as usize) else {
+                continue;
+            };
+            if slot.timer_generation != generation {
+                continue;
+            }
+            slot.scheduled = None;
+            slot.conn.handle_timeout(self.now);
+            self.touch(index);
+        }
+        self.expired = expired;
+    }
+
+    /// The earliest time [`Stack::poll_timers`] may have work (a lower bound).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.wheel.next_expiry()
+    }
+
+    /// Appends every frame ready to leave to `out`.
+    pub fn egress(&mut self, now: Instant, out: &mut Vec<Vec<u8>>) {
+        self.now = self.now.max(now);
+        out.append(&mut self.tx_queue);
+        let mut dirty = core::mem::take(&mut self.dirty);
+        for &index in &dirty {
+            self.transmit_connection(index, out);
+        }
+        for index in dirty.drain(..) {
+            self.settle(index);
+        }
+        // Settling may touch connections again (e.g. to let a RST out): keep those.
+        dirty.append(&mut self.dirty);
+        self.dirty = dirty;
+    }
+
+    /// Returns a frame buffer obtained from [`Stack::egress`] for reuse.
+    pub fn recycle(&mut self, frame: Vec<u8>) {
+        self.pool.put(frame);
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    fn iss(&self, tuple: &FourTuple) -> SeqNumber {
+        // RFC 6528: ISN = M + F(4-tuple, secret), M a 4-microsecond clock.
+        let mut h = self.config.secret;
+        h = mix(h ^ u64::from(u32::from(*tuple.local.ip())));
+        h = mix(h ^ (u64::from(tuple.local.port()) << 16 | u64::from(tuple.remote.port())));
+        h = mix(h ^ u64::from(u32::from(*tuple.remote.ip())));
+        let m = (self.now.as_nanos() / 4000) as u32;
+        SeqNumber((h as u32).wrapping_add(m))
+    }
+
+    fn insert(&mut self, conn: Connection, owner: Owner) -> SocketHandle {
+        let tuple = FourTuple {
+            local: conn.local(),
+            remote: conn.remote(),
+        };
+        let index = match self.free_slots.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let generation = self.generations[index as usize].wrapping_add(1);
+        self.generations[index as usize] = generation;
+        self.slots[index as usize] = Some(Slot {
+            conn,
+            generation,
+            timer_generation: 0,
+            scheduled: None,
+            owner,
+            released: false,
+            dirty: false,
+            last_readiness: Readiness::default(),
+        });
+        self.flows.insert(tuple, index);
+        self.touch(index);
+        SocketHandle { index, generation }
+    }
+
+    fn index_of(&self, handle: SocketHandle) -> Result<u32, Error> {
+        match self.slots.get(handle.index as usize) {
+            Some(Some(slot)) if slot.generation == handle.generation => Ok(handle.index),
+            _ => Err(Error::InvalidHandle),
+        }
+    }
+
+    fn slot_at(&mut self, index: u32) -> &mut Slot {
+        self.slots[index as usize].as_mut().expect("live slot")
+    }
+
+    fn slot_mut(&mut self, handle: SocketHandle) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(handle.index as usize)?
+            .as_mut()
+            .filter(|s| s.generation == handle.generation)
+    }
+
+    fn touch(&mut self, index: u32) {
+        let slot = self.slot_at(index);
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push(index);
+        }
+    }
+
+    fn transmit_connection(&mut self, index: u32, out: &mut Vec<Vec<u8>>) {
+        let now = self.now;
+        loop {
+            let mut frame = self.pool.get();
+            let Some(slot) = self.slots[index as usize].as_mut() else {
+                self.pool.put(frame);
+                return;
+            };
+            let Some(len) = slot.conn.poll_transmit(now, &mut frame[TCP_OFFSET..]) else {
+                self.pool.put(frame);
+                return;
+            };
+            let (local, remote) = (slot.conn.local(), slot.conn.remote());
+            frame.truncate(TCP_OFFSET + len);
+            self.counters.bump(Counter::IpOutRequests);
+            self.ip_ident = self.ip_ident.wrapping_add(1);
+            let ip = Ipv4Repr {
+                src_addr: *local.ip(),
+                dst_addr: *remote.ip(),
+                protocol: ipv4::protocol::TCP,
+                payload_len: len,
+                ttl: 64,
+                tos: 0,
+                ident: self.ip_ident,
+                dont_fragment: true,
+            };
+            ip.emit(&mut frame[ethernet::HEADER_LEN..]);
+            self.send_ip_frame(frame, *remote.ip(), out);
+        }
+    }
+
+    /// Fills in the Ethernet header toward `dst` and queues the frame, or holds it for ARP.
+    fn send_ip_frame(&mut self, mut frame: Vec<u8>, dst: Ipv4Addr, out: &mut Vec<Vec<u8>>) {
+        let next_hop = self.next_hop(dst);
+        match self.arp.lookup(next_hop, self.now) {
+            Some(mac) => {
+                EthernetRepr {
+                    src_addr: self.config.mac,
+                    dst_addr: mac,
+                    ethertype: ethertype::IPV4,
+                }
+                .emit(&mut frame);
+                out.push(frame);
+            }
+            None => {
+                if !self.arp.hold(next_hop, frame) {
+                    self.counters.bump(Counter::IpOutNoRoutes);
+                }
+                if self.arp.should_request(next_hop, self.now) {
+                    let request = self.arp_frame(
+                        ArpOperation::Request,
+                        EthernetAddress::BROADCAST,
+                        EthernetAddress::default(),
+                        next_hop,
+                    );
+                    out.push(request);
+                }
+            }
+        }
+    }
+
+    fn next_hop(&self, dst: Ipv4Addr) -> Ipv4Addr {
+        let mask = if self.config.prefix_len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(self.config.prefix_len.min(32)))
+        };
+        let local = u32::from(self.config.ip) & mask == u32::from(dst) & mask;
+        match (local, self.config.gateway) {
+            (false, Some(gateway)) => gateway,
+            _ => dst,
+        }
+    }
+
+    fn arp_frame(
+        &mut self,
+        operation: ArpOperation,
+        eth_dst: EthernetAddress,
+        target_mac: EthernetAddress,
+        target_ip: Ipv4Addr,
+    ) -> Vec<u8> {
+        let mut frame = self.pool.get();
+        frame.truncate(ethernet::HEADER_LEN + arp::PACKET_LEN);
+        EthernetRepr {
+            src_addr: self.config.mac,
+            dst_addr: eth_dst,
+            ethertype: ethertype::ARP,
+        }
+        .emit(&mut frame);
+        ArpRepr {
+            operation,
+            sender_hardware_addr: self.config.mac,
+            sender_protocol_addr: self.config.ip,
+            target_hardware_addr: target_mac,
+            target_protocol_addr: target_ip,
+        }
+        .emit(&mut frame[ethernet::HEADER_LEN..]);
+        frame
+    }
+
+    /// After a connection was touched: schedule its timer, report readiness, hand it to its
+    /// listener once established, and free it once closed and released.
+    fn settle(&mut self, index: u32) {
+        let now = self.now;
+        let Some(slot) = self.slots[index as usize].as_mut() else {
+            return;
+        };
+        slot.dirty = false;
+        let state = slot.conn.state();
+        // Timer: only (re)insert when the deadline moved earlier; a later deadline is caught
+        // when the old entry fires early and finds nothing due.
+        if let Some(deadline) = slot.conn.poll_timeout() {
+            if slot.scheduled.is_none_or(|s| deadline < s) {
+                slot.timer_generation = slot.timer_generation.wrapping_add(1);
+                slot.scheduled = Some(deadline);
+                self.wheel
+                    .insert(deadline.max(now), index, slot.timer_generation);
+            }
+        } else if slot.scheduled.is_some() {
+            slot.scheduled = None;
+            slot.timer_generation = slot.timer_generation.wrapping_add(1);
+        }
+        // A passive connection leaves the SYN queue when its handshake ends either way.
+        if let (Owner::SynQueue(port), false) = (slot.owner, state == State::SynReceived) {
+            let handle = SocketHandle {
+                index,
+                generation: slot.generation,
+            };
+            let listener = self.listeners.get_mut(&port);
+            let slot = self.slots[index as usize].as_mut().expect("live slot");
+            match listener {
+                Some(listener) => {
+                    listener.syn_queue_len = listener.syn_queue_len.saturating_sub(1);
+                    if state.is_synchronized() && !listener.accept_queue_full() {
+                        listener.accept_queue.push_back(handle);
+                        slot.owner = Owner::AcceptQueue(port);
+                        self.events.push(Event::Acceptable(port));
+                    } else {
+                        if state.is_synchronized() {
+                            self.counters.bump(Counter::ListenOverflows);
+                            self.counters.bump(Counter::ListenDrops);
+                            slot.conn.abort();
+                        }
+                        slot.owner = Owner::User;
+                        slot.released = true;
+                    }
+                }
+                None => {
+                    slot.conn.abort();
+                    slot.owner = Owner::User;
+                    slot.released = true;
+                }
+            }
+            if slot.conn.state() == State::Closed {
+                // Let the RST go out first; the slot is freed on the next settle.
+                self.touch(index);
+                return;
+            }
+        }
+        let slot = self.slots[index as usize].as_mut().expect("live slot");
+        if state == State::Closed && (slot.released || slot.owner != Owner::User) {
+            self.remove(index);
+            return;
+        }
+        let readiness = Readiness {
+            readable: slot.conn.is_readable(),
+            writable: slot.conn.is_writable(),
+            closed: state == State::Closed,
+        };
+        if readiness != slot.last_readiness {
+            slot.last_readiness = readiness;
+            if slot.owner == Owner::User && !slot.released {
+                let handle = SocketHandle {
+                    index,
+                    generation: slot.generation,
+                };
+                self.events.push(Event::Ready(handle, readiness));
+            }
+        }
+    }
+
+    fn remove(&mut self, index: u32) {
+        let Some(mut slot) = self.slots[index as usize].take() else {
+            return;
+        };
+        let tuple = FourTuple {
+            local: slot.conn.local(),
+            remote: slot.conn.remote(),
+        };
+        self.flows.remove(&tuple);
+        self.retired.merge(&slot.conn.take_counters());
+        match slot.owner {
+            Owner::SynQueue(port) => {
+                if let Some(listener) = self.listeners.get_mut(&port) {
+                    listener.syn_queue_len = listener.syn_queue_len.saturating_sub(1);
+                }
+            }
+            Owner::AcceptQueue(port) => {
+                if let Some(listener) = self.listeners.get_mut(&port) {
+                    listener.accept_queue.retain(|h| h.index != index);
+                }
+            }
+            Owner::User => {}
+        }
+        self.free_slots.push(index);
+    }
+
+    fn receive_frame(&mut self, bytes: &[u8]) {
+        let Ok(frame) = ethernet::Frame::new_checked(bytes) else {
+            return;
+        };
+        let eth = EthernetRepr::parse(&frame);
+        if eth.dst_addr != self.config.mac && !eth.dst_addr.is_broadcast() {
+            return;
+        }
+        match eth.ethertype {
+            ethertype::ARP => self.receive_arp(frame.payload()),
+            ethertype::IPV4 => self.receive_ipv4(frame.payload()),
+            _ => {}
+        }
+    }
+
+    fn receive_arp(&mut self, bytes: &[u8]) {
+        let Ok(packet) = arp::Packet::new_checked(bytes) else {
+            return;
+        };
+        let Ok(repr) = ArpRepr::parse(&packet) else {
+            return;
+        };
+        if repr.target_protocol_addr != self.config.ip {
+            return;
+        }
+        let ready = self.arp.learn(
+            repr.sender_protocol_addr,
+            repr.sender_hardware_addr,
+            self.now,
+        );
+        for mut frame in ready {
+            EthernetRepr {
+                src_addr: self.config.mac,
+                dst_addr: repr.sender_hardware_addr,
+                ethertype: ethertype::IPV4,
+            }
+            .emit(&mut frame);
+            self.tx_queue.push(frame);
+        }
+        if repr.operation == ArpOperation::Request {
+            let reply = self.arp_frame(
+                ArpOperation::Reply,
+                repr.sender_hardware_addr,
+                repr.sender_hardware_addr,
+                repr.sender_protocol_addr,
+            );
+            self.tx_queue.push(reply);
+        }
+    }
+
+    fn receive_ipv4(&mut self, bytes: &[u8]) {
+        self.counters.bump(Counter::IpInReceives);
+        let packet = match ipv4::Packet::new_checked(bytes) {
+            Ok(packet) => packet,
+            Err(_) => {
+                self.counters.bump(Counter::IpInHdrErrors);
+                return;
+            }
+        };
+        let repr = match Ipv4Repr::parse(&packet) {
+            Ok(repr) => repr,
+            Err(ParseError::Fragment) => {
+                self.counters.bump(Counter::IpReasmReqds);
+                self.counters.bump(Counter::IpReasmFails);
+                return;
+            }
+            Err(_) => {
+                self.counters.bump(Counter::IpInHdrErrors);
+                return;
+            }
+        };
+        if repr.dst_addr != self.config.ip {
+            self.counters.bump(Counter::IpInAddrErrors);
+            return;
+        }
+        match repr.protocol {
+            ipv4::protocol::TCP => {
+                self.counters.bump(Counter::IpInDelivers);
+                self.receive_tcp(&repr, packet.payload());
+            }
+            ipv4::protocol::ICMP => {
+                self.counters.bump(Counter::IpInDelivers);
+                self.receive_icmp(&repr, packet.payload());
+            }
+            _ => self.counters.bump(Counter::IpInUnknownProtos),
+        }
+    }
+
+    fn receive_icmp(&mut self, ip: &Ipv4Repr, bytes: &[u8]) {
+        let Ok(packet) = icmp::Packet::new_checked(bytes) else {
+            return;
+        };
+        let Ok(IcmpRepr::EchoRequest {
+            ident,
+            seq_no,
+            data,
+        }) = IcmpRepr::parse(&packet)
+        else {
+            return;
+        };
+        self.counters.bump(Counter::IcmpInEchos);
+        let reply = IcmpRepr::EchoReply {
+            ident,
+            seq_no,
+            data,
+        };
+        let mut frame = self.pool.get();
+        if TCP_OFFSET + reply.buffer_len() > frame.len() {
+            self.pool.put(frame);
+            return;
+        }
+        frame.truncate(TCP_OFFSET + reply.buffer_len());
+        reply.emit(&mut frame[TCP_OFFSET..]);
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        Ipv4Repr {
+            src_addr: self.config.ip,
+            dst_addr: ip.src_addr,
+            protocol: ipv4::protocol::ICMP,
+            payload_len: reply.buffer_len(),
+            ttl: 64,
+            tos: 0,
+            ident: self.ip_ident,
+            dont_fragment: false,
+        }
+        .emit(&mut frame[ethernet::HEADER_LEN..]);
+        self.counters.bump(Counter::IcmpOutEchoReps);
+        self.counters.bump(Counter::IpOutRequests);
+        let mut out = core::mem::take(&mut self.tx_queue);
+        self.send_ip_frame(frame, ip.src_addr, &mut out);
+        self.tx_queue = out;
+    }
+
+    fn receive_tcp(&mut self, ip: &Ipv4Repr, bytes: &[u8]) {
+        let Ok(packet) = tcp_wire::Packet::new_checked(bytes) else {
+            self.counters.bump(Counter::InErrs);
+            return;
+        };
+        let seg = match TcpRepr::parse(&packet, ip.src_addr, ip.dst_addr) {
+            Ok(seg) => seg,
+            Err(ParseError::BadChecksum) => {
+                self.counters.bump(Counter::InCsumErrors);
+                self.counters.bump(Counter::InErrs);
+                return;
+            }
+            Err(_) => {
+                self.counters.bump(Counter::InErrs);
+                return;
+            }
+        };
+        self.counters.bump(Counter::InSegs);
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(ip.dst_addr, seg.dst_port),
+            remote: SocketAddrV4::new(ip.src_addr, seg.src_port),
+        };
+        if let Some(&index) = self.flows.get(&tuple) {
+            let now = self.now;
+            let slot = self.slot_at(index);
+            slot.conn.handle_segment(now, &seg);
+            self.touch(index);
+            return;
+        }
+        let flags = seg.flags;
+        if flags.syn() && !flags.ack() && !flags.rst() {
+            if let Some(listener) = self.listeners.get(&seg.dst_port) {
+                if listener.accept_queue_full() {
+                    self.counters.bump(Counter::ListenOverflows);
+                    self.counters.bump(Counter::ListenDrops);
+                    return;
+                }
+                if listener.syn_queue_full() {
+                    self.counters.bump(Counter::ListenDrops);
+                    return;
+                }
+                let config = listener.config;
+                let iss = self.iss(&tuple);
+                let entropy = mix(u64::from(iss.0) ^ self.config.secret.rotate_left(29));
+                let conn = Connection::accept(
+                    config,
+                    tuple.local,
+                    tuple.remote,
+                    iss,
+                    entropy,
+                    self.now,
+                    &seg,
+                );
+                if let Some(listener) = self.listeners.get_mut(&seg.dst_port) {
+                    listener.syn_queue_len += 1;
+                }
+                self.insert(conn, Owner::SynQueue(seg.dst_port));
+                return;
+            }
+        }
+        if !flags.rst() {
+            self.send_reset(ip, &seg);
+        }
+    }
+
+    /// Answers a segment for no connection with a RST (RFC 9293 3.10.7.1).
+    fn send_reset(&mut self, ip: &Ipv4Repr, seg: &TcpRepr<'_>) {
+        let (seq, ack, flags) = if seg.flags.ack() {
+            (seg.ack_number, SeqNumber(0), TcpFlags::RST)
+        } else {
+            (
+                SeqNumber(0),
+                seg.seq_number + seg.segment_len(),
+                TcpFlags::RST | TcpFlags::ACK,
+            )
+        };
+        let rst = TcpRepr {
+            src_port: seg.dst_port,
+            dst_port: seg.src_port,
+            seq_number: seq,
+            ack_number: ack,
+            flags: TcpFlags(flags),
+            ..TcpRepr::default()
+        };
+        let mut frame = self.pool.get();
+        frame.truncate(TCP_OFFSET + rst.buffer_len());
+        rst.emit(&mut frame[TCP_OFFSET..], ip.dst_addr, ip.src_addr);
+        self.ip_ident = self.ip_ident.wrapping_add(1);
+        Ipv4Repr {
+            src_addr: ip.dst_addr,
+            dst_addr: ip.src_addr,
+            protocol: ipv4::protocol::TCP,
+            payload_len: rst.buffer_len(),
+            ttl: 64,
+            tos: 0,
+            ident: self.ip_ident,
+            dont_fragment: true,
+        }
+        .emit(&mut frame[ethernet::HEADER_LEN..]);
+        self.counters.bump(Counter::OutRsts);
+        self.counters.bump(Counter::OutSegs);
+        self.counters.bump(Counter::IpOutRequests);
+        let mut out = core::mem::take(&mut self.tx_queue);
+        self.send_ip_frame(frame, ip.src_addr, &mut out);
+        self.tx_queue = out;
+    }
+}
+
+#[cfg(test)]
+mod tests;

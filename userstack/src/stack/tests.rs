@@ -1,0 +1,205 @@
+//! Two stack instances joined back to back.
+
+use super::*;
+use crate::wire::checksum;
+use core::time::Duration;
+
+const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+fn pair() -> (Stack, Stack) {
+    let mut a = StackConfig::new(MAC_A, IP_A, 24);
+    a.secret = 1;
+    let mut b = StackConfig::new(MAC_B, IP_B, 24);
+    b.secret = 2;
+    (Stack::new(a, Instant::ZERO), Stack::new(b, Instant::ZERO))
+}
+
+/// Exchanges frames and runs timers until both sides are idle or `until` passes.
+fn pump(a: &mut Stack, b: &mut Stack, mut now: Instant, until: Instant) -> Instant {
+    let mut frames_ab = Vec::new();
+    let mut frames_ba = Vec::new();
+    loop {
+        for _ in 0..10_000 {
+            a.egress(now, &mut frames_ab);
+            b.egress(now, &mut frames_ba);
+            if frames_ab.is_empty() && frames_ba.is_empty() {
+                break;
+            }
+            b.ingress(now, &mut frames_ab);
+            a.ingress(now, &mut frames_ba);
+        }
+        let next = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        match next {
+            Some(t) if t <= until => {
+                now = now.max(t);
+                a.poll_timers(now);
+                b.poll_timers(now);
+            }
+            _ => return now,
+        }
+    }
+}
+
+#[test]
+fn arp_handshake_transfer_and_close() {
+    let (mut a, mut b) = pair();
+    b.listen(80, 16).unwrap();
+    let client = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let mut events = Vec::new();
+    b.poll_events(&mut events);
+    assert!(events.contains(&Event::Acceptable(80)));
+    let server = b.accept(80).expect("accepted");
+    assert_eq!(b.connection(server).unwrap().state(), State::Established);
+    let data: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut now = now;
+    let mut buf = vec![0u8; 65536];
+    while got.len() < data.len() {
+        sent += a.send(client, &data[sent..]).unwrap();
+        now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+        loop {
+            let n = b.recv(server, &mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(got, data);
+    a.close(client).unwrap();
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(10));
+    assert!(b.connection(server).unwrap().is_recv_finished());
+    b.close(server).unwrap();
+    pump(&mut a, &mut b, now, now + Duration::from_secs(120));
+    assert_eq!(a.connection_count(), 0);
+    assert_eq!(b.connection_count(), 0);
+    let ca = a.counters();
+    assert_eq!(ca.get(Counter::ActiveOpens), 1);
+    assert!(ca.get(Counter::OutSegs) > 100);
+    assert_eq!(b.counters().get(Counter::PassiveOpens), 1);
+    assert_eq!(b.counters().get(Counter::CurrEstab), 0);
+    assert!(
+        a.connection(client).is_none(),
+        "handle is stale after release"
+    );
+}
+
+#[test]
+fn closed_port_answers_rst_and_connect_fails() {
+    let (mut a, mut b) = pair();
+    let client = a.connect(SocketAddrV4::new(IP_B, 81)).unwrap();
+    pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    assert_eq!(
+        a.connection(client).unwrap().error(),
+        Some(tcp::ConnectionError::Refused)
+    );
+    assert_eq!(b.counters().get(Counter::OutRsts), 1);
+    let mut events = Vec::new();
+    a.poll_events(&mut events);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Ready(h, r) if *h == client && r.closed)));
+}
+
+#[test]
+fn accept_queue_overflow_counts_listen_drops() {
+    let (mut a, mut b) = pair();
+    b.listen(80, 2).unwrap();
+    for _ in 0..4 {
+        a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    }
+    pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(500));
+    let counters = b.counters();
+    assert!(counters.get(Counter::ListenOverflows) >= 2);
+    assert!(counters.get(Counter::ListenDrops) >= 2);
+    assert!(b.accept(80).is_some());
+    assert!(b.accept(80).is_some());
+    assert!(b.accept(80).is_none());
+}
+
+#[test]
+fn echo_request_is_answered_and_fragments_counted() {
+    let (mut a, mut b) = pair();
+    a.add_neighbor(IP_B, MAC_B);
+    b.add_neighbor(IP_A, MAC_A);
+    let echo = IcmpRepr::EchoRequest {
+        ident: 7,
+        seq_no: 1,
+        data: b"ping",
+    };
+    let mut frame = vec![0u8; TCP_OFFSET + echo.buffer_len()];
+    EthernetRepr {
+        src_addr: MAC_A,
+        dst_addr: MAC_B,
+        ethertype: ethertype::IPV4,
+    }
+    .emit(&mut frame);
+    let ip = Ipv4Repr {
+        src_addr: IP_A,
+        dst_addr: IP_B,
+        protocol: ipv4::protocol::ICMP,
+        payload_len: echo.buffer_len(),
+        ttl: 64,
+        tos: 0,
+        ident: 1,
+        dont_fragment: false,
+    };
+    ip.emit(&mut frame[ethernet::HEADER_LEN..]);
+    echo.emit(&mut frame[TCP_OFFSET..]);
+    let mut fragment = frame.clone();
+    fragment[ethernet::HEADER_LEN + 6] |= 0x20;
+    fragment[ethernet::HEADER_LEN + 10..ethernet::HEADER_LEN + 12].copy_from_slice(&[0, 0]);
+    let sum = checksum::checksum(&fragment[ethernet::HEADER_LEN..TCP_OFFSET]);
+    fragment[ethernet::HEADER_LEN + 10..ethernet::HEADER_LEN + 12]
+        .copy_from_slice(&sum.to_be_bytes());
+    b.ingress(Instant::ZERO, &mut vec![frame, fragment, vec![1, 2, 3]]);
+    let mut out = Vec::new();
+    b.egress(Instant::ZERO, &mut out);
+    assert_eq!(out.len(), 1);
+    let reply = ethernet::Frame::new_checked(&out[0][..]).unwrap();
+    let packet = ipv4::Packet::new_checked(reply.payload()).unwrap();
+    assert_eq!(packet.dst_addr(), IP_A);
+    let icmp_packet = icmp::Packet::new_checked(packet.payload()).unwrap();
+    assert_eq!(
+        IcmpRepr::parse(&icmp_packet),
+        Ok(IcmpRepr::EchoReply {
+            ident: 7,
+            seq_no: 1,
+            data: b"ping"
+        })
+    );
+    let counters = b.counters();
+    assert_eq!(counters.get(Counter::IpReasmReqds), 1);
+    assert_eq!(counters.get(Counter::IcmpOutEchoReps), 1);
+}
+
+#[test]
+fn many_connections_are_found_by_tuple() {
+    let (mut a, mut b) = pair();
+    b.listen(80, 4096).unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..300 {
+        handles.push(a.connect(SocketAddrV4::new(IP_B, 80)).unwrap());
+    }
+    // 64 SYNs wait for ARP; the rest are dropped and retransmitted a second later.
+    pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(1500));
+    assert_eq!(b.connection_count(), 300);
+    assert_eq!(b.counters().get(Counter::CurrEstab), 300);
+    let mut accepted = 0;
+    while b.accept(80).is_some() {
+        accepted += 1;
+    }
+    assert_eq!(accepted, 300);
+    for h in &handles {
+        assert_eq!(a.connection(*h).unwrap().state(), State::Established);
+    }
+}

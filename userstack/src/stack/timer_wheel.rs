@@ -1,0 +1,177 @@
+//! A hierarchical timer wheel (Varghese and Lauck): O(1) insert, O(1) cancel by generation,
+//! expiry cost proportional to the ticks crossed.
+
+use crate::time::Instant;
+
+const SLOT_BITS: u32 = 6;
+const SLOTS: usize = 1 << SLOT_BITS;
+const LEVELS: usize = 6;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    tick: u64,
+    key: u32,
+    generation: u32,
+}
+
+/// Timers keyed by `(key, generation)`. Cancelling is bumping the owner's generation: stale
+/// entries are skipped when they expire, so a cancel never searches the wheel.
+#[derive(Debug)]
+pub struct TimerWheel {
+    tick_nanos: u64,
+    now_tick: u64,
+    levels: Vec<Vec<Vec<Entry>>>,
+    len: usize,
+}
+
+impl TimerWheel {
+    /// A wheel whose resolution is `tick_nanos` nanoseconds (deadlines round up to a tick) and
+    /// whose clock starts at `now`. Six levels of 64 slots span 2^36 ticks.
+    pub fn new(tick_nanos: u64, now: Instant) -> TimerWheel {
+        TimerWheel {
+            tick_nanos,
+            now_tick: now.as_nanos() / tick_nanos,
+            levels: (0..LEVELS)
+                .map(|_| (0..SLOTS).map(|_| Vec::new()).collect())
+                .collect(),
+            len: 0,
+        }
+    }
+
+    /// Entries held, stale ones included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Files `entry` by how far its tick lies from now. `earliest` is the first tick it may
+    /// fire at: the next tick for fresh inserts, the current one while cascading.
+    fn place(&mut self, entry: Entry, earliest: u64) {
+        let tick = entry.tick.max(earliest);
+        let differing = (tick ^ self.now_tick) | 1;
+        let level = ((63 - differing.leading_zeros()) / SLOT_BITS) as usize;
+        let level = level.min(LEVELS - 1);
+        let slot = ((tick >> (SLOT_BITS as usize * level)) as usize) & (SLOTS - 1);
+        self.levels[level][slot].push(Entry { tick, ..entry });
+    }
+
+    /// Schedules `(key, generation)` to expire at `deadline` (rounded up to the next tick).
+    pub fn insert(&mut self, deadline: Instant, key: u32, generation: u32) {
+        let tick = deadline.as_nanos().div_ceil(self.tick_nanos);
+        self.place(
+            Entry {
+                tick,
+                key,
+                generation,
+            },
+            self.now_tick + 1,
+        );
+        self.len += 1;
+    }
+
+    /// Advances the clock to `now`, appending every `(key, generation)` whose deadline passed.
+    pub fn advance(&mut self, now: Instant, expired: &mut Vec<(u32, u32)>) {
+        let target = now.as_nanos() / self.tick_nanos;
+        while self.now_tick < target {
+            if self.len == 0 {
+                self.now_tick = target;
+                break;
+            }
+            self.now_tick += 1;
+            // Cascade: when a lower level wraps, redistribute the next slot of the level above.
+            for level in 1..LEVELS {
+                let shift = SLOT_BITS as usize * level;
+                if self.now_tick & ((1u64 << shift) - 1) != 0 {
+                    break;
+                }
+                let slot = ((self.now_tick >> shift) as usize) & (SLOTS - 1);
+                let entries = core::mem::take(&mut self.levels[level][slot]);
+                for entry in entries {
+                    self.place(entry, self.now_tick);
+                }
+            }
+            let slot = (self.now_tick as usize) & (SLOTS - 1);
+            let mut due = core::mem::take(&mut self.levels[0][slot]);
+            for entry in due.drain(..) {
+                expired.push((entry.key, entry.generation));
+                self.len -= 1;
+            }
+            // Give the (now empty) vector's capacity back to the slot.
+            self.levels[0][slot] = due;
+        }
+    }
+
+    /// A lower bound on the next expiry: the start of the earliest non-empty slot.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        if self.len == 0 {
+            return None;
+        }
+        let mut best: Option<u64> = None;
+        for level in 0..LEVELS {
+            let shift = SLOT_BITS as usize * level;
+            let current = (self.now_tick >> shift) as usize;
+            for step in 1..=SLOTS {
+                let index = current + step;
+                let slot = index & (SLOTS - 1);
+                if let Some(min) = self.levels[level][slot].iter().map(|e| e.tick).min() {
+                    let start = if level == 0 {
+                        min
+                    } else {
+                        ((index as u64) << shift).max(self.now_tick + 1)
+                    };
+                    best = Some(best.map_or(start, |b| b.min(start)));
+                    break;
+                }
+            }
+        }
+        best.map(|tick| Instant::from_nanos(tick * self.tick_nanos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn expires_in_order_across_levels() {
+        let mut wheel = TimerWheel::new(MS, Instant::ZERO);
+        let deadlines = [5u64, 63, 64, 65, 4095, 4096, 300_000, 1];
+        for (i, d) in deadlines.iter().enumerate() {
+            wheel.insert(Instant::from_millis(*d), i as u32, 0);
+        }
+        let mut expired = Vec::new();
+        let mut fired_at = vec![0u64; deadlines.len()];
+        let mut now = 0;
+        while !wheel.is_empty() {
+            let next = wheel.next_expiry().unwrap().as_millis();
+            assert!(next > now);
+            now = next;
+            wheel.advance(Instant::from_millis(now), &mut expired);
+            for (key, _) in expired.drain(..) {
+                fired_at[key as usize] = now;
+            }
+        }
+        assert_eq!(fired_at, deadlines.to_vec());
+    }
+
+    #[test]
+    fn rounds_up_and_never_fires_early() {
+        let mut wheel = TimerWheel::new(MS, Instant::from_millis(10));
+        wheel.insert(Instant::from_nanos(12 * MS + 1), 7, 3);
+        let mut expired = Vec::new();
+        wheel.advance(Instant::from_millis(12), &mut expired);
+        assert!(expired.is_empty());
+        wheel.advance(Instant::from_millis(13), &mut expired);
+        assert_eq!(expired, vec![(7, 3)]);
+        // A deadline in the past fires on the next tick.
+        wheel.insert(Instant::from_millis(1), 8, 0);
+        wheel.advance(Instant::from_millis(14), &mut expired);
+        assert_eq!(expired.last(), Some(&(8, 0)));
+    }
+}
