@@ -1,0 +1,27 @@
+//! The operator's command-line flags.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+/// hoststack-operator: reconciles NetworkTunings into per-node NodeTunings.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about)]
+pub struct Args {
+    /// Namespace of the operator's Lease and of the agent DaemonSet.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "hoststack-system")]
+    pub namespace: String,
+    /// Image of the node agent, for the DaemonSet the operator owns.
+    #[arg(long, env = "HOSTSTACK_AGENT_IMAGE", default_value = concat!("hoststack/hoststack:", env!("CARGO_PKG_VERSION")))]
+    pub agent_image: String,
+    /// How long a deleted tuning waits for its nodes to confirm their revert before it is let go
+    /// with a Degraded condition naming them.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub revert_timeout: Duration,
+    /// Name of the Lease that elects the one active replica.
+    #[arg(long, default_value = "hoststack-operator")]
+    pub lease_name: String,
+    /// This replica's identity in leader election (the pod name in a cluster).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}

@@ -1,0 +1,87 @@
+//! hoststack-operator: joins leader election, and while it leads, owns the agent DaemonSet and
+//! reconciles NetworkTunings.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use hoststack_crds::OPERATOR_FIELD_MANAGER;
+use hoststack_operator::config::Args;
+use hoststack_operator::daemonset::{agent_daemonset, AGENT_NAME};
+use hoststack_operator::leader::Election;
+use hoststack_operator::{controller, Result};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use tracing::{error, info};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube_lease_manager=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "operator stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let client = Client::try_default().await?;
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("hoststack-operator-{}", std::process::id()));
+    let mut election =
+        Election::join(client.clone(), &args.namespace, &args.lease_name, &identity).await?;
+    info!(identity, "waiting to lead");
+    tokio::select! {
+        acquired = election.acquired() => if !acquired { return election.leave().await },
+        _ = shutdown_signal() => return election.leave().await,
+    }
+    info!(identity, "leading");
+
+    let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), &args.namespace);
+    daemonsets
+        .patch(
+            AGENT_NAME,
+            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+            &Patch::Apply(agent_daemonset(&args.namespace, &args.agent_image)),
+        )
+        .await?;
+
+    let lost = election.lost();
+    let (lost_tx, mut lost_rx) = tokio::sync::oneshot::channel::<bool>();
+    let stop = async move {
+        let lost_lease = tokio::select! {
+            _ = lost => true,
+            _ = shutdown_signal() => false,
+        };
+        let _ = lost_tx.send(lost_lease);
+    };
+    controller::run(client, &identity, args.revert_timeout, stop).await?;
+    election.leave().await?;
+    if lost_rx.try_recv().unwrap_or(false) {
+        error!("lost the lease; exiting so that a restart rejoins the election");
+        return Err(hoststack_operator::Error::LeaseTask("lease lost".into()));
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler can be installed");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
