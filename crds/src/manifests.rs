@@ -8,9 +8,40 @@ use crate::{NetworkTuning, NodeTuning};
 /// Every CRD of the API, each with the file name it is committed under in `crds/`.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
-        ("networktunings.yaml", NetworkTuning::crd()),
-        ("nodetunings.yaml", NodeTuning::crd()),
+        (
+            "networktunings.yaml",
+            with_kubernetes_formats(NetworkTuning::crd()),
+        ),
+        (
+            "nodetunings.yaml",
+            with_kubernetes_formats(NodeTuning::crd()),
+        ),
     ]
+}
+
+/// Replaces the integer formats schemars gives unsigned types (`uint16`, `uint32`), which the API
+/// server does not know and warns about, by the Kubernetes formats that hold them; the
+/// `minimum: 0` schemars emits beside them keeps them unsigned.
+fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn rewrite(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(format)) = map.get_mut("format") {
+                    match format.as_str() {
+                        "uint8" | "uint16" => *format = "int32".into(),
+                        "uint32" | "uint64" => *format = "int64".into(),
+                        _ => {}
+                    }
+                }
+                map.values_mut().for_each(rewrite);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(rewrite),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::to_value(crd).expect("a CRD always serializes");
+    rewrite(&mut value);
+    serde_json::from_value(value).expect("rewriting formats keeps a valid CRD")
 }
 
 /// A CRD as the YAML document committed in the repository.
