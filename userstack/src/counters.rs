@@ -59,6 +59,7 @@ counters! {
     TCPDSACKUndo => ("TcpExt", "TCPDSACKUndo", "Congestion responses undone by D-SACK."),
     TCPLossUndo => ("TcpExt", "TCPLossUndo", "RTO responses undone."),
     TCPFastRetrans => ("TcpExt", "TCPFastRetrans", "Retransmissions in fast recovery."),
+    TCPLostRetransmit => ("TcpExt", "TCPLostRetransmit", "Retransmissions found lost again."),
     TCPSlowStartRetrans => ("TcpExt", "TCPSlowStartRetrans", "Retransmissions after an RTO."),
     TCPTimeouts => ("TcpExt", "TCPTimeouts", "Retransmission timer expirations."),
     TCPLossProbes => ("TcpExt", "TCPLossProbes", "Tail loss probes sent (TLP is not implemented: stays 0)."),

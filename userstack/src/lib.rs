@@ -6,6 +6,7 @@
 //! ([`time::Instant`]) and I/O.
 
 pub mod counters;
+pub mod sim;
 pub mod stack;
 pub mod tcp;
 pub mod time;

@@ -102,7 +102,7 @@ impl Default for Config {
             initial_window: 10,
             dupthresh: 3,
             undo_on_dsack: true,
-            max_ooo_ranges: 64,
+            max_ooo_ranges: 1024,
         }
     }
 }

@@ -181,6 +181,8 @@ pub struct Connection {
     undo: Option<UndoRecord>,
     dupacks: u32,
     cwnd_blocked: bool,
+    /// Send time of the most recently sent segment known delivered (RFC 8985 RACK.xmit_ts).
+    rack_delivered_sent_at: Option<Instant>,
     cc: Box<dyn CongestionControl>,
 
     counters: Counters,
@@ -262,6 +264,7 @@ impl Connection {
             undo: None,
             dupacks: 0,
             cwnd_blocked: false,
+            rack_delivered_sent_at: None,
             cc: new_controller(
                 config.congestion,
                 u32::from(config.mss),
@@ -849,13 +852,10 @@ impl Connection {
             None => self.flight_size(),
             Some(_) if self.sack_ok => self.scoreboard.pipe(),
             Some(_) => {
+                // Without SACK each duplicate ACK stands for one segment that left the network
+                // (the RFC 6582 window inflation, expressed as a smaller pipe).
                 let left = self.dupacks.saturating_mul(self.send_mss);
-                let retrans: u32 = (0..self.scoreboard.len())
-                    .filter_map(|i| self.scoreboard.get(i))
-                    .filter(|s| s.retransmit_in_flight)
-                    .map(|s| s.len())
-                    .sum();
-                self.flight_size().saturating_sub(left) + retrans
+                self.scoreboard.pipe().saturating_sub(left)
             }
         }
     }
@@ -951,7 +951,16 @@ impl Connection {
 
         if self.sack_ok {
             if newly_sacked > 0 || self.recovery.is_some() {
-                self.scoreboard.detect_losses(self.config.dupthresh);
+                let window = self.rtt.srtt().unwrap_or_default() / 4;
+                let found = self.scoreboard.detect_losses(
+                    self.config.dupthresh,
+                    self.rack_delivered_sent_at,
+                    window,
+                );
+                self.counters.add(
+                    Counter::TCPLostRetransmit,
+                    u64::from(found.lost_retransmissions),
+                );
             }
             if self.recovery.is_none()
                 && (self.scoreboard.first_is_lost() || self.dupacks >= self.config.dupthresh)
@@ -1011,7 +1020,9 @@ impl Connection {
                 self.counters.bump(Counter::TCPSACKDiscard);
                 continue;
             }
-            newly += self.scoreboard.sack(left, right).newly_sacked;
+            let update = self.scoreboard.sack(left, right);
+            newly += update.newly_sacked;
+            self.rack_delivered_sent_at = self.rack_delivered_sent_at.max(update.latest_sent_at);
         }
         newly
     }
@@ -1437,7 +1448,14 @@ impl Connection {
         }
         let window_right = self.snd_una + self.snd_wnd;
         let usable_window = window_right.distance_from(self.snd_nxt) as usize;
-        let cwnd_room = cwnd.saturating_sub(pipe) as usize;
+        // Limited transmit (RFC 3042): each of the first two duplicate ACKs lets one new
+        // segment out beyond cwnd.
+        let limited_transmit = if self.recovery.is_none() {
+            self.dupacks.min(2) * self.send_mss
+        } else {
+            0
+        };
+        let cwnd_room = (cwnd + limited_transmit).saturating_sub(pipe) as usize;
         // Segments carrying SACK blocks have less room for data (Linux tcp_current_mss).
         let mss = (self.send_mss as usize).min(buffer.len() - self.header_len_estimate());
         let len = unsent.min(mss).min(usable_window).min(cwnd_room);

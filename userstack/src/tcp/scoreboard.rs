@@ -3,6 +3,7 @@
 
 use crate::time::Instant;
 use crate::wire::SeqNumber;
+use core::time::Duration;
 use std::collections::VecDeque;
 
 /// One transmitted segment, from SND.UNA upward.
@@ -52,6 +53,17 @@ pub struct AckedSegments {
 pub struct SackUpdate {
     /// Segments newly marked SACKed.
     pub newly_sacked: u32,
+    /// Latest transmission time among them (RACK's "most recently sent delivered segment").
+    pub latest_sent_at: Option<Instant>,
+}
+
+/// What loss detection found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DetectedLosses {
+    /// Original transmissions newly deemed lost.
+    pub newly_lost: u32,
+    /// Retransmissions deemed lost again.
+    pub lost_retransmissions: u32,
 }
 
 /// The sent-segment queue, ordered by sequence number.
@@ -121,6 +133,7 @@ impl Scoreboard {
                 segment.lost = false;
                 segment.retransmit_in_flight = false;
                 update.newly_sacked += 1;
+                update.latest_sent_at = update.latest_sent_at.max(Some(segment.sent_at));
             }
         }
         update
@@ -128,18 +141,33 @@ impl Scoreboard {
 
     /// Applies RFC 6675's IsLost to every un-SACKed segment: a segment is lost when at least
     /// `dupthresh` SACKed segments lie above it. Returns how many were newly marked.
-    pub fn detect_losses(&mut self, dupthresh: u32) -> u32 {
+    ///
+    /// A retransmission is itself deemed lost, RACK-style (RFC 8985 section 6.2), when a
+    /// segment sent more than `reordering_window` after it has been SACKed: `delivered_sent_at`
+    /// is the latest send time among SACKed segments. Returns the retransmissions found lost.
+    pub fn detect_losses(
+        &mut self,
+        dupthresh: u32,
+        delivered_sent_at: Option<Instant>,
+        reordering_window: Duration,
+    ) -> DetectedLosses {
         let mut sacked_above = 0u32;
-        let mut newly_lost = 0;
+        let mut found = DetectedLosses::default();
         for segment in self.segments.iter_mut().rev() {
             if segment.sacked {
                 sacked_above += 1;
-            } else if sacked_above >= dupthresh && !segment.lost && !segment.retransmit_in_flight {
+            } else if segment.retransmit_in_flight {
+                if delivered_sent_at.is_some_and(|t| segment.sent_at + reordering_window < t) {
+                    segment.retransmit_in_flight = false;
+                    segment.lost = true;
+                    found.lost_retransmissions += 1;
+                }
+            } else if sacked_above >= dupthresh && !segment.lost {
                 segment.lost = true;
-                newly_lost += 1;
+                found.newly_lost += 1;
             }
         }
-        newly_lost
+        found
     }
 
     /// Marks the oldest segment lost (fast retransmit without SACK, and NewReno partial ACKs).
@@ -235,12 +263,19 @@ mod tests {
         let mut sb = board(6);
         assert_eq!(sb.pipe(), 600);
         assert_eq!(sb.sack(SeqNumber(100), SeqNumber(400)).newly_sacked, 3);
-        assert_eq!(sb.detect_losses(3), 1);
+        let found = sb.detect_losses(3, None, Duration::ZERO);
+        assert_eq!(found.newly_lost, 1);
         assert_eq!(sb.next_lost(), Some(0));
         assert_eq!(sb.pipe(), 200);
         sb.mark_retransmitted(0, Instant::from_millis(9));
         assert_eq!(sb.pipe(), 300);
         assert_eq!(sb.next_lost(), None);
+        // A segment sent after the retransmission is SACKed: the retransmission was lost.
+        let later = Instant::from_millis(20);
+        let found = sb.detect_losses(3, Some(later), Duration::from_millis(5));
+        assert_eq!(found.lost_retransmissions, 1);
+        assert_eq!(sb.next_lost(), Some(0));
+        sb.mark_retransmitted(0, Instant::from_millis(21));
         let acked = sb.acknowledge(SeqNumber(400));
         assert_eq!(acked.segments, 4);
         assert_eq!(acked.rtt_sent_at, Some(Instant::from_millis(3)));

@@ -1,0 +1,266 @@
+//! Experiments as data: a scenario file names a topology, impairments, TCP options and
+//! traffic; together with a seed it determines the whole run.
+
+use super::link::GilbertElliott;
+use crate::tcp::{Config, CongestionAlgorithm};
+use core::time::Duration;
+use serde::{Deserialize, Serialize};
+
+/// A whole experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Name for reports.
+    pub name: String,
+    /// Simulated time to run, in milliseconds.
+    pub duration_ms: u64,
+    /// Time excluded from goodput statistics (slow start), in milliseconds.
+    #[serde(default)]
+    pub warmup_ms: u64,
+    /// Goodput windows last this many base RTTs.
+    #[serde(default = "default_window_rtts")]
+    pub window_rtts: u32,
+    /// Record cwnd/ssthresh/rwnd/srtt per window in the report.
+    #[serde(default)]
+    pub traces: bool,
+    /// Network layout.
+    pub topology: Topology,
+    /// Options applied to every connection, on top of Linux defaults.
+    #[serde(default)]
+    pub tcp: TcpOverrides,
+    /// Traffic sources.
+    pub traffic: Vec<Traffic>,
+}
+
+fn default_window_rtts() -> u32 {
+    4
+}
+
+/// Network layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopologyKind {
+    /// One host whose link loops back to itself.
+    Loopback,
+    /// Two hosts on one link.
+    Pair,
+    /// `pairs` senders and `pairs` receivers joined through two gateways by a bottleneck.
+    Dumbbell,
+}
+
+/// Topology parameters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Layout.
+    pub kind: TopologyKind,
+    /// Sender/receiver pairs (dumbbell only).
+    #[serde(default = "one")]
+    pub pairs: usize,
+    /// Bottleneck (or the pair's link) bandwidth in Mbit/s.
+    pub bottleneck_mbps: f64,
+    /// Access link bandwidth in Mbit/s (dumbbell only).
+    #[serde(default = "default_access")]
+    pub access_mbps: f64,
+    /// Base round-trip time in milliseconds; all propagation delay sits on the bottleneck.
+    pub rtt_ms: f64,
+    /// Drop-tail queue of the bottleneck in packets.
+    pub queue_packets: usize,
+    /// Impairments of the forward (data) direction of the bottleneck.
+    #[serde(default)]
+    pub impairments: Impairments,
+    /// Also impair the reverse (ACK) direction.
+    #[serde(default)]
+    pub impair_reverse: bool,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn default_access() -> f64 {
+    10_000.0
+}
+
+/// Link impairments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Impairments {
+    /// Random loss probability.
+    #[serde(default)]
+    pub loss: f64,
+    /// Gilbert-Elliott burst loss.
+    #[serde(default)]
+    pub burst_loss: Option<GilbertElliott>,
+    /// Uniform jitter bound in milliseconds.
+    #[serde(default)]
+    pub jitter_ms: f64,
+    /// Probability of holding a packet back by `reorder_ms`.
+    #[serde(default)]
+    pub reorder: f64,
+    /// Extra delay of reordered packets in milliseconds.
+    #[serde(default)]
+    pub reorder_ms: f64,
+    /// Duplication probability.
+    #[serde(default)]
+    pub duplicate: f64,
+}
+
+/// TCP options a scenario may change; absent fields keep Linux defaults.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpOverrides {
+    /// SACK on or off.
+    pub sack: Option<bool>,
+    /// D-SACK on or off.
+    pub dsack: Option<bool>,
+    /// Timestamps on or off.
+    pub timestamps: Option<bool>,
+    /// Congestion controller.
+    pub congestion: Option<CongestionAlgorithm>,
+    /// Receive buffer in bytes.
+    pub recv_buffer: Option<usize>,
+    /// Send buffer in bytes.
+    pub send_buffer: Option<usize>,
+    /// Nagle on or off.
+    pub nagle: Option<bool>,
+    /// Delayed-ACK timeout in milliseconds.
+    pub delayed_ack_ms: Option<u64>,
+    /// Jitter on the initial RTO in milliseconds.
+    pub initial_rto_jitter_ms: Option<u64>,
+    /// Initial window in segments.
+    pub initial_window: Option<u32>,
+}
+
+impl TcpOverrides {
+    /// Linux defaults with these overrides applied.
+    pub fn apply(&self) -> Config {
+        let mut c = Config::default();
+        if let Some(v) = self.sack {
+            c.sack = v;
+        }
+        if let Some(v) = self.dsack {
+            c.dsack = v;
+        }
+        if let Some(v) = self.timestamps {
+            c.timestamps = v;
+        }
+        if let Some(v) = self.congestion {
+            c.congestion = v;
+        }
+        if let Some(v) = self.recv_buffer {
+            c.recv_buffer = v;
+        }
+        if let Some(v) = self.send_buffer {
+            c.send_buffer = v;
+        }
+        if let Some(v) = self.nagle {
+            c.nagle = v;
+        }
+        if let Some(v) = self.delayed_ack_ms {
+            c.delayed_ack = Duration::from_millis(v);
+        }
+        if let Some(v) = self.initial_rto_jitter_ms {
+            c.initial_rto_jitter = Duration::from_millis(v);
+        }
+        if let Some(v) = self.initial_window {
+            c.initial_window = v;
+        }
+        c
+    }
+}
+
+/// A traffic source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Traffic {
+    /// Long-lived transfers that keep the send buffer full.
+    Bulk {
+        /// Number of flows.
+        #[serde(default = "one")]
+        flows: usize,
+        /// Bytes per flow (absent: until the end).
+        #[serde(default)]
+        bytes: Option<u64>,
+        /// Start offset in milliseconds.
+        #[serde(default)]
+        start_ms: u64,
+    },
+    /// Constant bit rate writes.
+    Cbr {
+        /// Number of flows.
+        #[serde(default = "one")]
+        flows: usize,
+        /// Rate per flow in Mbit/s.
+        rate_mbps: f64,
+        /// Bytes per write.
+        #[serde(default = "default_write")]
+        write_bytes: usize,
+    },
+    /// Bulk bursts alternating with silence.
+    OnOff {
+        /// Number of flows.
+        #[serde(default = "one")]
+        flows: usize,
+        /// Burst length in milliseconds.
+        on_ms: u64,
+        /// Silence length in milliseconds.
+        off_ms: u64,
+    },
+    /// Short connections opened at a fixed rate, each sending `bytes` then closing.
+    Short {
+        /// Connections per second.
+        per_second: f64,
+        /// Bytes per connection.
+        bytes: u64,
+    },
+}
+
+fn default_write() -> usize {
+    1448
+}
+
+impl Scenario {
+    /// Parses a scenario from TOML.
+    pub fn from_toml(text: &str) -> Result<Scenario, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_scenario() {
+        let text = r#"
+            name = "t"
+            duration_ms = 1000
+            [topology]
+            kind = "dumbbell"
+            pairs = 2
+            bottleneck_mbps = 100
+            rtt_ms = 20
+            queue_packets = 100
+            impairments = { loss = 0.01, burst_loss = { p_good_to_bad = 0.01, p_bad_to_good = 0.5 } }
+            [tcp]
+            sack = false
+            congestion = "newreno"
+            [[traffic]]
+            kind = "bulk"
+            flows = 2
+            [[traffic]]
+            kind = "short"
+            per_second = 10
+            bytes = 10000
+        "#;
+        let s = Scenario::from_toml(text).unwrap();
+        assert_eq!(s.topology.kind, TopologyKind::Dumbbell);
+        assert_eq!(s.traffic.len(), 2);
+        let c = s.tcp.apply();
+        assert!(!c.sack);
+        assert_eq!(c.congestion, CongestionAlgorithm::NewReno);
+        assert_eq!(s.topology.impairments.burst_loss.unwrap().loss_bad, 1.0);
+        assert!(Scenario::from_toml("name = 1").is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! Applications that generate and sink traffic on simulated hosts.
+
+use crate::stack::{SocketHandle, Stack};
+use crate::time::Instant;
+use core::time::Duration;
+use std::net::SocketAddrV4;
+
+/// Bytes handed to `send` (content is irrelevant to the simulator).
+static PAYLOAD: [u8; 65536] = [0x5a; 65536];
+
+/// Counters the applications keep for the metrics.
+#[derive(Debug, Default)]
+pub struct AppContext {
+    /// Per-flow delivered bytes and sender handle.
+    pub flows: Vec<FlowProgress>,
+    /// Short connections opened.
+    pub short_started: u64,
+    /// Completion times of short connections, in milliseconds.
+    pub short_fct_ms: Vec<f64>,
+}
+
+/// One long-lived flow's progress.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FlowProgress {
+    /// Bytes read by the receiving application.
+    pub delivered: u64,
+    /// Host index and handle of the sending connection.
+    pub sender: Option<(usize, SocketHandle)>,
+}
+
+/// How a long-lived sender writes.
+#[derive(Debug, Clone, Copy)]
+pub enum Pattern {
+    /// Keep the send buffer full, up to `limit` bytes if given.
+    Bulk {
+        /// Total bytes, or unlimited.
+        limit: Option<u64>,
+    },
+    /// Write `write_bytes` every `interval`.
+    Cbr {
+        /// Bytes per write.
+        write_bytes: usize,
+        /// Time between writes.
+        interval: Duration,
+    },
+    /// Bulk for `on`, silent for `off`, repeatedly.
+    OnOff {
+        /// Burst length.
+        on: Duration,
+        /// Silence length.
+        off: Duration,
+    },
+}
+
+/// An application on a host.
+#[derive(Debug)]
+pub enum App {
+    /// Opens one connection and writes per its pattern.
+    Sender {
+        /// Flow index.
+        flow: usize,
+        /// Host index (to find the connection for traces).
+        host: usize,
+        /// Destination.
+        remote: SocketAddrV4,
+        /// Write pattern.
+        pattern: Pattern,
+        /// When to connect.
+        start: Instant,
+        /// The connection once opened.
+        handle: Option<SocketHandle>,
+        /// Bytes accepted by the stack so far.
+        written: u64,
+        /// Next CBR write.
+        next_write: Instant,
+    },
+    /// Accepts on `port` and reads everything for `flow`.
+    Receiver {
+        /// Flow index.
+        flow: usize,
+        /// Listening port.
+        port: u16,
+        /// Accepted connections.
+        handles: Vec<SocketHandle>,
+    },
+    /// Opens a connection every `interval`, sends `bytes`, closes once all is acknowledged.
+    ShortSender {
+        /// Destination.
+        remote: SocketAddrV4,
+        /// Time between opens.
+        interval: Duration,
+        /// Bytes per connection.
+        bytes: u64,
+        /// Next open.
+        next_open: Instant,
+        /// Open connections: handle, start time, bytes written.
+        active: Vec<(SocketHandle, Instant, u64)>,
+    },
+    /// Accepts short connections, reads them and closes them at end of stream.
+    ShortReceiver {
+        /// Listening port.
+        port: u16,
+        /// Accepted connections.
+        handles: Vec<SocketHandle>,
+    },
+}
+
+fn write_up_to(stack: &mut Stack, handle: SocketHandle, mut remaining: u64) -> u64 {
+    let mut total = 0;
+    while remaining > 0 {
+        let chunk = remaining.min(PAYLOAD.len() as u64) as usize;
+        let n = stack.send(handle, &PAYLOAD[..chunk]).unwrap_or(0);
+        total += n as u64;
+        remaining -= n as u64;
+        if n < chunk {
+            break;
+        }
+    }
+    total
+}
+
+fn drain(stack: &mut Stack, handle: SocketHandle) -> u64 {
+    let mut buf = [0u8; 16384];
+    let mut total = 0;
+    while let Ok(n) = stack.recv(handle, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    total
+}
+
+impl App {
+    /// Does whatever is due at `now`; returns when it next needs to run on its own (events on
+    /// the host also run it).
+    pub fn run(
+        &mut self,
+        now: Instant,
+        stack: &mut Stack,
+        ctx: &mut AppContext,
+    ) -> Option<Instant> {
+        match self {
+            App::Sender {
+                flow,
+                host,
+                remote,
+                pattern,
+                start,
+                handle,
+                written,
+                next_write,
+            } => {
+                if now < *start {
+                    return Some(*start);
+                }
+                let h = match *handle {
+                    Some(h) => h,
+                    None => {
+                        let h = stack.connect(*remote).ok()?;
+                        *handle = Some(h);
+                        ctx.flows[*flow].sender = Some((*host, h));
+                        *next_write = now;
+                        h
+                    }
+                };
+                match *pattern {
+                    Pattern::Bulk { limit } => {
+                        let remaining = limit.map_or(u64::MAX, |l| l - *written);
+                        *written += write_up_to(stack, h, remaining);
+                        if limit == Some(*written) {
+                            let _ = stack.shutdown(h);
+                        }
+                        None
+                    }
+                    Pattern::Cbr {
+                        write_bytes,
+                        interval,
+                    } => {
+                        while *next_write <= now {
+                            *written += write_up_to(stack, h, write_bytes as u64);
+                            *next_write += interval;
+                        }
+                        Some(*next_write)
+                    }
+                    Pattern::OnOff { on, off } => {
+                        let period = (on + off).as_nanos() as u64;
+                        let phase = (now - *start).as_nanos() as u64 % period.max(1);
+                        if phase < on.as_nanos() as u64 {
+                            *written += write_up_to(stack, h, u64::MAX);
+                            Some(now + Duration::from_nanos(on.as_nanos() as u64 - phase))
+                        } else {
+                            Some(now + Duration::from_nanos(period - phase))
+                        }
+                    }
+                }
+            }
+            App::Receiver {
+                flow,
+                port,
+                handles,
+            } => {
+                while let Some(h) = stack.accept(*port) {
+                    handles.push(h);
+                }
+                for &h in handles.iter() {
+                    ctx.flows[*flow].delivered += drain(stack, h);
+                }
+                None
+            }
+            App::ShortSender {
+                remote,
+                interval,
+                bytes,
+                next_open,
+                active,
+            } => {
+                while *next_open <= now {
+                    if let Ok(h) = stack.connect(*remote) {
+                        active.push((h, now, 0));
+                        ctx.short_started += 1;
+                    }
+                    *next_open += *interval;
+                }
+                active.retain_mut(|(h, started, written)| {
+                    if *written < *bytes {
+                        *written += write_up_to(stack, *h, *bytes - *written);
+                    }
+                    let Some(conn) = stack.connection(*h) else {
+                        return false;
+                    };
+                    if conn.error().is_some() {
+                        let _ = stack.close(*h);
+                        return false;
+                    }
+                    if *written == *bytes
+                        && conn.send_queue() == 0
+                        && conn.state().is_synchronized()
+                    {
+                        ctx.short_fct_ms
+                            .push((now - *started).as_secs_f64() * 1000.0);
+                        let _ = stack.close(*h);
+                        return false;
+                    }
+                    true
+                });
+                Some(*next_open)
+            }
+            App::ShortReceiver { port, handles } => {
+                while let Some(h) = stack.accept(*port) {
+                    handles.push(h);
+                }
+                handles.retain(|&h| {
+                    drain(stack, h);
+                    match stack.connection(h) {
+                        Some(conn) if conn.is_recv_finished() || conn.error().is_some() => {
+                            let _ = stack.close(h);
+                            false
+                        }
+                        Some(_) => true,
+                        None => false,
+                    }
+                });
+                None
+            }
+        }
+    }
+}
