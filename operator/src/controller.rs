@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use futures::{future, StreamExt};
 use hoststack_crds::{
-    Mode, NetworkTuning, NetworkTuningStatus, NodeTuning, NodeTuningSpec, Phase, AGENT_NODE_LABEL,
-    FINALIZER, OPERATOR_FIELD_MANAGER,
+    Mode, NetworkTuning, NetworkTuningStatus, NodeState, NodeTuning, NodeTuningSpec, Phase,
+    AGENT_NODE_LABEL, FINALIZER, OPERATOR_FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -189,7 +189,18 @@ fn desired_spec(tuning: &NetworkTuning) -> NodeTuningSpec {
     }
 }
 
-/// Server-side applies a node's NodeTuning spec (an empty spec withdraws the operator's fields).
+/// The spec of a node no tuning governs: no tuning, revision or config, which asks its agent to
+/// revert. `mode` stays, so that the operator keeps owning a field of `spec` and server-side
+/// apply does not drop the whole (required) object.
+fn withdrawn_spec() -> NodeTuningSpec {
+    NodeTuningSpec {
+        mode: Some(Mode::Apply),
+        ..Default::default()
+    }
+}
+
+/// Server-side applies a node's NodeTuning spec; fields the operator owned and left out are
+/// removed.
 async fn apply_node_spec(client: &Client, node: &str, spec: NodeTuningSpec) -> Result<()> {
     let api = Api::<NodeTuning>::all(client.clone());
     let nt = NodeTuning::new(node, spec);
@@ -305,7 +316,7 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
         let ours = nt.spec.tuning.as_deref() == Some(name.as_str());
         if ours && !snap.assignment.governor.contains_key(node) {
             info!(tuning = %name, node, "withdrawing: node no longer selected");
-            apply_node_spec(&ctx.client, node, NodeTuningSpec::default()).await?;
+            apply_node_spec(&ctx.client, node, withdrawn_spec()).await?;
         }
     }
     sync_agent_labels(ctx, &snap).await?;
@@ -384,7 +395,7 @@ async fn cleanup(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
             .governor
             .get(node)
             .and_then(|g| tunings.iter().find(|t| t.name_any() == *g));
-        let spec = heir.map(|t| desired_spec(t)).unwrap_or_default();
+        let spec = heir.map(|t| desired_spec(t)).unwrap_or_else(withdrawn_spec);
         info!(tuning = %name, node, heir = ?spec.tuning, "withdrawing: tuning deleted");
         apply_node_spec(&ctx.client, node, spec).await?;
     }
@@ -394,12 +405,13 @@ async fn cleanup(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
         .iter()
         .filter(|(_, nt)| {
             let spec_ours = nt.spec.tuning.as_deref() == Some(name.as_str());
-            let applied_ours = nt
-                .status
-                .as_ref()
+            let status = nt.status.as_ref();
+            let applied_ours = status
                 .and_then(|s| s.applied_tuning.as_deref())
                 .is_some_and(|t| t == name);
-            spec_ours || applied_ours
+            // An agent in the middle of a transaction may be applying this tuning's revision.
+            let applying = status.is_some_and(|s| s.state == Some(NodeState::Applying));
+            spec_ours || applied_ours || applying
         })
         .map(|(node, _)| node.clone())
         .collect();

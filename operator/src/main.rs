@@ -22,6 +22,7 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,kube_lease_manager=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     match run(args).await {
