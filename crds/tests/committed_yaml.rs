@@ -1,4 +1,5 @@
-//! The CRD YAML committed in the repository is exactly what the types generate.
+//! The CRD YAML and the API reference committed in the repository are exactly what the types
+//! generate.
 
 use std::path::Path;
 
@@ -17,4 +18,9 @@ fn committed_crds_match_the_types() {
             );
         }
     }
+    let reference = std::fs::read_to_string(root.join("docs/api.md")).unwrap_or_default();
+    assert!(
+        reference == hoststack_crds::manifests::api_reference(),
+        "docs/api.md differs from what the types generate: run `cargo run -p hoststack-crds --bin crdgen` and commit the result"
+    );
 }

@@ -1,5 +1,5 @@
 //! Writes the CRD YAML generated from the API types to `crds/*.yaml` and to the Helm chart's
-//! `charts/hoststack/crds/`. Run from anywhere in the workspace:
+//! `charts/hoststack/crds/`, and the API reference to `docs/api.md`. Run from anywhere in the workspace:
 //! `cargo run -p hoststack-crds --bin crdgen`.
 
 use std::path::Path;
@@ -15,5 +15,9 @@ fn main() -> std::io::Result<()> {
             println!("wrote {}", path.display());
         }
     }
+    let reference = root.join("docs/api.md");
+    std::fs::create_dir_all(root.join("docs"))?;
+    std::fs::write(&reference, hoststack_crds::manifests::api_reference())?;
+    println!("wrote {}", reference.display());
     Ok(())
 }
