@@ -1,0 +1,142 @@
+//! The sysctl applier: kernel parameters as files under `<proc-root>/sys`, named by dotted keys
+//! (`net.ipv4.tcp_sack` is `<proc-root>/sys/net/ipv4/tcp_sack`).
+//!
+//! Keys were validated by the API server already; [`key_path`] checks them again, so that no key
+//! can ever name a file outside `<proc-root>/sys`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::Reading;
+use crate::{Error, Result};
+
+/// Longest value read back from a sysctl file; the kernel prints at most a page.
+const MAX_VALUE_BYTES: u64 = 64 * 1024;
+
+/// The relative path of a sysctl key under `<proc-root>/sys`: its dot-separated segments, each
+/// non-empty and free of `/`, whitespace and control characters.
+pub fn key_path(key: &str) -> Result<PathBuf> {
+    let plain = !key.is_empty()
+        && !key.contains("..")
+        && key.split('.').all(|segment| {
+            !segment.is_empty()
+                && segment
+                    .chars()
+                    .all(|c| c != '/' && !c.is_whitespace() && !c.is_control())
+        });
+    if !plain {
+        return Err(Error::UnsafeKey(key.to_string()));
+    }
+    Ok(key.split('.').collect())
+}
+
+/// The sysctls of one procfs mount.
+#[derive(Clone, Debug)]
+pub struct Sysctls {
+    root: PathBuf,
+}
+
+impl Sysctls {
+    /// Sysctls under `<proc_root>/sys`.
+    pub fn new(proc_root: &Path) -> Self {
+        Sysctls {
+            root: proc_root.join("sys"),
+        }
+    }
+
+    /// The file of a key.
+    pub fn path(&self, key: &str) -> Result<PathBuf> {
+        Ok(self.root.join(key_path(key)?))
+    }
+
+    /// Reads a key's current value without its trailing newline.
+    pub fn read(&self, key: &str) -> Reading {
+        let path = match self.path(key) {
+            Ok(path) => path,
+            Err(e) => return Reading::Unreadable(e.to_string()),
+        };
+        let mut bytes = Vec::new();
+        let read = File::open(&path).and_then(|f| f.take(MAX_VALUE_BYTES).read_to_end(&mut bytes));
+        match read {
+            Ok(_) => {
+                if bytes.last() == Some(&b'\n') {
+                    bytes.pop();
+                }
+                Reading::Value(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Reading::Missing(format!(
+                "no such sysctl on this kernel ({})",
+                path.display()
+            )),
+            Err(e) => Reading::Unreadable(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// Writes `value` and a newline to a key's file in one write, as `sysctl -w` does.
+    pub fn write(&self, key: &str, value: &str) -> io::Result<()> {
+        let path = self
+            .path(key)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        // Never create a file: a key that does not exist is not a sysctl.
+        let mut file = OpenOptions::new().write(true).truncate(true).open(path)?;
+        file.write_all(format!("{value}\n").as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_to_paths_and_unsafe_keys_are_refused() {
+        assert_eq!(
+            key_path("net.ipv4.tcp_sack").ok(),
+            Some(PathBuf::from("net/ipv4/tcp_sack"))
+        );
+        assert_eq!(
+            key_path("net.ipv4.conf.eth-1.rp_filter").ok(),
+            Some(PathBuf::from("net/ipv4/conf/eth-1/rp_filter"))
+        );
+        for bad in [
+            "",
+            ".",
+            "net..ipv4",
+            "net.ipv4.",
+            ".net",
+            "net/ipv4/tcp_sack",
+            "net.ipv4.../../etc",
+            "net.ipv4.tcp sack",
+            "net.ipv4.tcp_sack\n",
+            "net.\u{7f}",
+        ] {
+            assert!(key_path(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn read_write_and_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = dir.path().join("sys/net/ipv4");
+        std::fs::create_dir_all(&base).expect("mkdir");
+        std::fs::write(base.join("tcp_rmem"), "4096\t131072\t6291456\n").expect("write");
+        let s = Sysctls::new(dir.path());
+        assert_eq!(
+            s.read("net.ipv4.tcp_rmem"),
+            Reading::Value("4096\t131072\t6291456".into())
+        );
+        s.write("net.ipv4.tcp_rmem", "1 2 3").expect("write");
+        assert_eq!(
+            std::fs::read_to_string(base.join("tcp_rmem")).expect("read"),
+            "1 2 3\n"
+        );
+        match s.read("net.ipv4.nope") {
+            Reading::Missing(m) => assert!(m.contains("no such sysctl") && m.contains("nope")),
+            other => panic!("{other:?}"),
+        }
+        // Writing never creates a sysctl.
+        assert!(s.write("net.ipv4.nope", "1").is_err());
+        assert!(!base.join("nope").exists());
+        assert!(matches!(s.read("net/../x"), Reading::Unreadable(_)));
+    }
+}

@@ -1,0 +1,125 @@
+//! The agent's command-line flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// hoststack-agent: applies this node's NodeTuning to the host and reports back.
+#[derive(Parser, Debug, Clone, PartialEq)]
+#[command(name = "hoststack-agent", version, about)]
+pub struct Config {
+    /// Name of this node; the agent watches the NodeTuning of that name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Where procfs is mounted; sysctls live under <proc-root>/sys.
+    #[arg(long, default_value = "/proc")]
+    pub proc_root: PathBuf,
+    /// Where sysfs is mounted; host facts are read from it.
+    #[arg(long, default_value = "/sys")]
+    pub sys_root: PathBuf,
+    /// Directory of the journal (journal.json); must survive agent restarts.
+    #[arg(long, default_value = "/var/lib/hoststack")]
+    pub state_dir: PathBuf,
+    /// How often to reconcile without an event (e.g. 30s, 1m, 500ms).
+    #[arg(long, default_value = "30s", value_parser = parse_nonzero_duration)]
+    pub resync_interval: Duration,
+    /// Pause after each host write (e.g. 200ms); tests use it to interrupt a transaction.
+    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    pub step_delay: Duration,
+}
+
+/// Parses a duration written as number-unit pairs, e.g. `30s`, `1m30s`, `250ms`, `0ms`
+/// (units: ms, s, m, h).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {text:?}: expected e.g. 30s, 1m30s, 250ms");
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let letters = rest[digits..]
+            .bytes()
+            .take_while(u8::is_ascii_alphabetic)
+            .count();
+        if digits == 0 || letters == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit = match &rest[digits..digits + letters] {
+            "ms" => Duration::from_millis(1),
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        let part = u32::try_from(n)
+            .ok()
+            .and_then(|n| unit.checked_mul(n))
+            .ok_or_else(bad)?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &rest[digits + letters..];
+    }
+    Ok(total)
+}
+
+/// Like [`parse_duration`], but refuses zero.
+pub fn parse_nonzero_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err(format!("duration {text:?} must be greater than zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let table: &[(&str, Option<Duration>)] = &[
+            ("30s", Some(Duration::from_secs(30))),
+            ("0ms", Some(Duration::ZERO)),
+            ("250ms", Some(Duration::from_millis(250))),
+            ("1m30s", Some(Duration::from_secs(90))),
+            ("2h", Some(Duration::from_secs(7200))),
+            ("", None),
+            ("30", None),
+            ("s", None),
+            ("3d", None),
+            ("-1s", None),
+            ("1.5s", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse_duration(text).ok(), *want, "{text:?}");
+        }
+        assert!(parse_nonzero_duration("0s").is_err());
+    }
+
+    #[test]
+    fn flags_as_the_lab_passes_them() {
+        let c = Config::try_parse_from([
+            "hoststack-agent",
+            "--node-name",
+            "node-a",
+            "--proc-root",
+            "/host/proc",
+            "--sys-root",
+            "/host/sys",
+            "--state-dir",
+            "/tmp/s",
+            "--resync-interval",
+            "5s",
+            "--step-delay",
+            "300ms",
+        ])
+        .expect("flags parse");
+        assert_eq!(c.node_name, "node-a");
+        assert_eq!(c.proc_root, PathBuf::from("/host/proc"));
+        assert_eq!(c.resync_interval, Duration::from_secs(5));
+        assert_eq!(c.step_delay, Duration::from_millis(300));
+    }
+}

@@ -1,0 +1,192 @@
+//! The watch loop: connects the [`Reconciler`] to the API server.
+//!
+//! The agent watches only its own NodeTuning (a field selector on `metadata.name`), reconciles
+//! on every event and every `--resync-interval`, and server-side-applies the status subresource
+//! as [`AGENT_FIELD_MANAGER`] when, and only when, the status changed. Host work runs on the
+//! current thread (`block_in_place`): a transaction is never abandoned half-way by a signal; the
+//! loop exits cleanly on SIGTERM or SIGINT between reconciles.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use hoststack_crds::{NodeTuning, NodeTuningStatus, AGENT_FIELD_MANAGER};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::block_in_place;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::appliers::Host;
+use crate::config::Config;
+use crate::journal::JournalStore;
+use crate::reconciler::{Desired, Next, Reconciler};
+use crate::report::{self, StatusInput};
+use crate::transaction::{Outcome, Transactor};
+use crate::{Error, Result};
+
+/// How soon a failed status write is retried.
+const STATUS_RETRY: Duration = Duration::from_secs(2);
+
+/// Runs the agent until SIGTERM or SIGINT: recovers an interrupted transaction, then watches the
+/// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
+pub async fn run(config: Config) -> Result<()> {
+    let transactor = Transactor::new(
+        Host::new(&config.proc_root),
+        JournalStore::new(&config.state_dir),
+    );
+    let reconciler = Reconciler::new(transactor, config.step_delay);
+    // Recovery needs no API server: put the host back in one piece first.
+    match block_in_place(|| reconciler.recover()) {
+        Ok(true) => tracing::info!("undid an interrupted transaction from the journal"),
+        Ok(false) => {}
+        Err(e @ Error::JournalCorrupt { .. }) => return Err(e),
+        Err(e) => tracing::error!(error = %e, "recovery failed; retrying on every reconcile"),
+    }
+
+    let client = Client::try_default().await?;
+    let api: Api<NodeTuning> = Api::all(client);
+    let mut agent = Agent {
+        api: api.clone(),
+        config: config.clone(),
+        reconciler,
+        object: None,
+        status_failed: false,
+    };
+
+    let selector = format!("metadata.name={}", config.node_name);
+    let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
+        .default_backoff()
+        .boxed();
+    let mut resync = tokio::time::interval(config.resync_interval);
+    resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut sigterm = signal(SignalKind::terminate()).map_err(Error::Signal)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
+    // Objects of the current (re)list; the NodeTuning is known only once a list completed.
+    let mut listing: Option<NodeTuning> = None;
+    let mut listed = false;
+    tracing::info!(node = %config.node_name, "watching NodeTuning");
+
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: exiting"); break; }
+            _ = sigint.recv() => { tracing::info!("SIGINT: exiting"); break; }
+            event = events.next() => match event {
+                Some(Ok(Event::Init)) => listing = None,
+                Some(Ok(Event::InitApply(object))) => listing = Some(object),
+                Some(Ok(Event::InitDone)) => {
+                    listed = true;
+                    agent.object = listing.take();
+                    agent.reconcile().await;
+                }
+                Some(Ok(Event::Apply(object))) => {
+                    agent.object = Some(object);
+                    if listed {
+                        agent.reconcile().await;
+                    }
+                }
+                Some(Ok(Event::Delete(_))) => {
+                    agent.object = None;
+                    if listed {
+                        agent.reconcile().await;
+                    }
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "watching NodeTuning"),
+                None => {
+                    tracing::error!("the watch ended");
+                    break;
+                }
+            },
+            _ = resync.tick(), if listed => agent.reconcile().await,
+        }
+        if std::mem::take(&mut agent.status_failed) {
+            resync.reset_at(Instant::now() + STATUS_RETRY);
+        }
+    }
+    Ok(())
+}
+
+/// The watch loop's state.
+struct Agent {
+    api: Api<NodeTuning>,
+    config: Config,
+    reconciler: Reconciler,
+    /// The node's NodeTuning as last seen (from the watch or a status write).
+    object: Option<NodeTuning>,
+    /// The last status write failed; retry soon.
+    status_failed: bool,
+}
+
+impl Agent {
+    /// One reconcile of the current object: decide, maybe transact, report.
+    async fn reconcile(&mut self) {
+        let desired = Desired::of(self.object.as_ref());
+        let next = block_in_place(|| self.reconciler.next(&desired));
+        let outcome = match next {
+            Ok(Next::Report(outcome)) => outcome,
+            Ok(Next::Transaction { applying }) => {
+                if let Some(applying) = applying {
+                    self.report(&desired, &applying).await;
+                }
+                tracing::info!(revision = ?desired.revision(), "transaction starts");
+                let outcome = block_in_place(|| self.reconciler.transact(&desired));
+                tracing::info!(
+                    state = %outcome.state,
+                    message = outcome.message.as_deref().unwrap_or(""),
+                    "transaction ended"
+                );
+                outcome
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reconcile failed");
+                self.reconciler.error_outcome(&e)
+            }
+        };
+        self.report(&desired, &outcome).await;
+    }
+
+    /// Writes the status for `outcome` when it differs from the current one.
+    async fn report(&mut self, desired: &Desired, outcome: &Outcome) {
+        let Some(object) = &self.object else {
+            return;
+        };
+        let facts =
+            block_in_place(|| crate::facts::collect(&self.config.proc_root, &self.config.sys_root));
+        let previous = object.status.as_ref();
+        let status = report::status(&StatusInput {
+            outcome,
+            observed_revision: desired.revision(),
+            facts: Some(facts),
+            previous,
+            generation: object.metadata.generation,
+            now: report::now(),
+        });
+        if previous == Some(&status) {
+            return;
+        }
+        match self.patch_status(status).await {
+            Ok(updated) => self.object = Some(updated),
+            Err(e) => {
+                tracing::warn!(error = %e, "writing status failed; retrying soon");
+                self.status_failed = true;
+            }
+        }
+    }
+
+    /// Server-side-applies the status subresource.
+    async fn patch_status(&self, status: NodeTuningStatus) -> Result<NodeTuning> {
+        let name = &self.config.node_name;
+        let patch = serde_json::json!({
+            "apiVersion": NodeTuning::api_version(&()),
+            "kind": NodeTuning::kind(&()),
+            "metadata": { "name": name },
+            "status": serde_json::to_value(status)?,
+        });
+        let params = PatchParams::apply(AGENT_FIELD_MANAGER).force();
+        Ok(self
+            .api
+            .patch_status(name, &params, &Patch::Apply(&patch))
+            .await?)
+    }
+}

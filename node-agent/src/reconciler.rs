@@ -1,0 +1,287 @@
+//! The reconciler: what the agent does with one desired state, without the API server.
+//!
+//! It turns the NodeTuning into a [`Desired`], decides whether the host needs a transaction,
+//! runs it through the [`Transactor`], and remembers what it reported and which revision failed,
+//! so that a failed revision is not retried until the spec changes (a restart retries it once).
+
+use std::time::Duration;
+
+use hoststack_crds::{ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning};
+
+use crate::appliers::Setting;
+use crate::journal::Applied;
+use crate::transaction::{Goal, Outcome, Transactor};
+use crate::Result;
+
+/// What the node's NodeTuning asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Desired {
+    /// There is no NodeTuning for this node (not created yet, or deleted): revert whatever the
+    /// journal holds; there is no status to report to.
+    Absent,
+    /// The operator withdrew the spec: revert everything and report Reverted.
+    Withdrawn,
+    /// Apply (or, in Plan mode, preview) a revision.
+    Revision {
+        /// The governing NetworkTuning.
+        tuning: String,
+        /// The revision of `config`.
+        revision: String,
+        /// What to change.
+        config: Box<NodeConfig>,
+        /// Apply or Plan.
+        mode: Mode,
+    },
+}
+
+impl Desired {
+    /// What `object` asks for. A spec without a revision gets the revision of its config.
+    pub fn of(object: Option<&NodeTuning>) -> Self {
+        let Some(object) = object else {
+            return Desired::Absent;
+        };
+        let spec = &object.spec;
+        match (&spec.tuning, &spec.config) {
+            (Some(tuning), Some(config)) => Desired::Revision {
+                tuning: tuning.clone(),
+                revision: spec.revision.clone().unwrap_or_else(|| config.revision()),
+                config: Box::new(config.clone()),
+                mode: spec.mode.unwrap_or_default(),
+            },
+            _ => Desired::Withdrawn,
+        }
+    }
+
+    /// The revision the desired state is about.
+    pub fn revision(&self) -> Option<&str> {
+        match self {
+            Desired::Revision { revision, .. } => Some(revision),
+            Desired::Absent | Desired::Withdrawn => None,
+        }
+    }
+
+    /// The transaction's goal: the revision's sysctls, or a revert.
+    pub fn goal(&self) -> Goal {
+        match self {
+            Desired::Revision {
+                tuning,
+                revision,
+                config,
+                ..
+            } => Goal {
+                target: Some(Applied {
+                    tuning: tuning.clone(),
+                    revision: revision.clone(),
+                }),
+                desired: config
+                    .sysctls
+                    .iter()
+                    .map(|(k, v)| (Setting::sysctl(k.clone()), v.0.clone()))
+                    .collect(),
+            },
+            Desired::Absent | Desired::Withdrawn => Goal::revert(),
+        }
+    }
+}
+
+/// Items for the sections of a config this agent does not implement yet, one per section.
+pub fn unsupported_items(config: &NodeConfig) -> Vec<ItemResult> {
+    let present = [
+        ("interfaces", !config.interfaces.is_empty()),
+        ("hugepages", !config.hugepages.is_empty()),
+        ("firewall", config.firewall.is_some()),
+        ("userspaceStack", config.userspace_stack.is_some()),
+    ];
+    present
+        .into_iter()
+        .filter(|(_, present)| *present)
+        .map(|(section, _)| ItemResult {
+            kind: section.to_string(),
+            target: section.to_string(),
+            original: None,
+            desired: None,
+            actual: None,
+            state: ItemState::NotSupported,
+            message: Some(format!("{section}: not supported yet by this agent")),
+        })
+        .collect()
+}
+
+/// What to do next for a desired state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Next {
+    /// Nothing to change on the host: report this.
+    Report(Outcome),
+    /// Run a transaction ([`Reconciler::transact`]); report `applying` first when present.
+    Transaction {
+        /// The status to show while the transaction runs (state Applying).
+        applying: Option<Outcome>,
+    },
+}
+
+/// Decides and runs transactions for one node.
+#[derive(Debug)]
+pub struct Reconciler {
+    transactor: Transactor,
+    step_delay: Duration,
+    /// The last outcome and what it was for.
+    last: Option<(Desired, Outcome)>,
+    /// A revision whose transaction failed; not retried while it stays desired.
+    failed: Option<Desired>,
+}
+
+impl Reconciler {
+    /// A reconciler that pauses `step_delay` after every host write.
+    pub fn new(transactor: Transactor, step_delay: Duration) -> Self {
+        Reconciler {
+            transactor,
+            step_delay,
+            last: None,
+            failed: None,
+        }
+    }
+
+    /// Undoes a transaction the journal says was interrupted; whether there was one.
+    pub fn recover(&self) -> Result<bool> {
+        self.transactor.recover(&mut self.pause())
+    }
+
+    /// Decides what `desired` needs: a report (reading the host, changing nothing but an
+    /// interrupted transaction), or a transaction.
+    pub fn next(&mut self, desired: &Desired) -> Result<Next> {
+        if self.failed.as_ref().is_some_and(|f| f != desired) {
+            self.failed = None;
+        }
+        let goal = desired.goal();
+        let mut pause = self.pause();
+        if self.failed.is_some() {
+            self.transactor.recover(&mut pause)?;
+            if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == desired) {
+                return Ok(Next::Report(outcome.clone()));
+            }
+        }
+        let prepared = self.transactor.prepare(&goal, &mut pause)?;
+        let outcome = match desired {
+            Desired::Revision { config, mode, .. } => {
+                let unsupported = unsupported_items(config);
+                if *mode == Mode::Plan {
+                    let mut outcome = prepared.preview(&goal);
+                    if !unsupported.is_empty() {
+                        let reasons = messages(&unsupported);
+                        outcome.message = Some(match outcome.message {
+                            Some(m) => format!("{m}; {reasons}"),
+                            None => format!("would fail: {reasons}"),
+                        });
+                        outcome.items.extend(unsupported);
+                    }
+                    outcome
+                } else if !unsupported.is_empty() {
+                    not_supported(prepared.preview(&goal), unsupported)
+                } else if prepared.is_settled(&goal) {
+                    self.reuse(desired, NodeState::Applied)
+                        .unwrap_or_else(|| prepared.settled(&goal))
+                } else {
+                    let mut applying = prepared.preview(&goal);
+                    applying.state = NodeState::Applying;
+                    applying.message = None;
+                    for item in &mut applying.items {
+                        item.state = ItemState::Pending;
+                        item.message = None;
+                    }
+                    return Ok(Next::Transaction {
+                        applying: Some(applying),
+                    });
+                }
+            }
+            Desired::Absent | Desired::Withdrawn => {
+                if !prepared.is_settled(&goal) {
+                    return Ok(Next::Transaction { applying: None });
+                }
+                self.reuse(desired, NodeState::Reverted)
+                    .unwrap_or_else(|| prepared.settled(&goal))
+            }
+        };
+        self.last = Some((desired.clone(), outcome.clone()));
+        Ok(Next::Report(outcome))
+    }
+
+    /// Runs the transaction to `desired`; a failed revision is remembered and not retried.
+    pub fn transact(&mut self, desired: &Desired) -> Outcome {
+        let result = self.transactor.execute(&desired.goal(), &mut self.pause());
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(e) => self.error_outcome(&e),
+        };
+        if outcome.state == NodeState::Failed && matches!(desired, Desired::Revision { .. }) {
+            self.failed = Some(desired.clone());
+        }
+        self.last = Some((desired.clone(), outcome.clone()));
+        outcome
+    }
+
+    /// The outcome to report when the agent itself failed (journal I/O, an undo that failed).
+    pub fn error_outcome(&self, error: &crate::Error) -> Outcome {
+        Outcome {
+            state: NodeState::Failed,
+            items: Vec::new(),
+            message: Some(format!("agent error: {error}")),
+            applied: self.transactor.journal().ok().and_then(|j| j.applied),
+        }
+    }
+
+    /// The last outcome, when it was for `desired` and in `state`: a settled host keeps the
+    /// items of the transaction that settled it.
+    fn reuse(&self, desired: &Desired, state: NodeState) -> Option<Outcome> {
+        self.last
+            .as_ref()
+            .filter(|(d, o)| d == desired && o.state == state)
+            .map(|(_, o)| o.clone())
+    }
+
+    /// The pause after each host write.
+    fn pause(&self) -> impl FnMut() {
+        let delay = self.step_delay;
+        move || {
+            if !delay.is_zero() {
+                std::thread::sleep(delay);
+            }
+        }
+    }
+}
+
+/// The Failed outcome of a revision with sections this agent does not implement: nothing is
+/// changed; sysctl items stay Pending (or Failed when they could not be applied either).
+fn not_supported(preview: Outcome, unsupported: Vec<ItemResult>) -> Outcome {
+    let mut items = preview.items;
+    let mut reasons: Vec<String> = Vec::new();
+    for item in &mut items {
+        if item.state == ItemState::WouldFail {
+            item.state = ItemState::Failed;
+            reasons.push(format!(
+                "sysctl {}: {}",
+                item.target,
+                item.message.clone().unwrap_or_default()
+            ));
+        } else {
+            item.state = ItemState::Pending;
+            item.message = None;
+        }
+    }
+    reasons.push(messages(&unsupported));
+    items.extend(unsupported);
+    Outcome {
+        state: NodeState::Failed,
+        items,
+        message: Some(reasons.join("; ")),
+        applied: preview.applied,
+    }
+}
+
+/// The items' messages joined.
+fn messages(items: &[ItemResult]) -> String {
+    items
+        .iter()
+        .filter_map(|i| i.message.clone())
+        .collect::<Vec<_>>()
+        .join("; ")
+}

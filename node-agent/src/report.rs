@@ -1,0 +1,248 @@
+//! Status building: turns an outcome into the NodeTuning's status, a pure function of its
+//! inputs so that unchanged outcomes give byte-identical statuses (and no write).
+
+use hoststack_crds::{HostFacts, ItemState, NodeState, NodeTuningStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::transaction::Outcome;
+
+/// Condition type: the asked revision is applied and verified.
+pub const APPLIED: &str = "Applied";
+/// Condition type: the last transaction failed (the host is as it was before it).
+pub const DEGRADED: &str = "Degraded";
+/// Condition type: the spec was withdrawn and every original is restored.
+pub const REVERTED: &str = "Reverted";
+
+/// Everything a status is built from.
+#[derive(Clone, Debug)]
+pub struct StatusInput<'a> {
+    /// What the agent did (or would do).
+    pub outcome: &'a Outcome,
+    /// The revision the outcome is about; absent when the spec was withdrawn.
+    pub observed_revision: Option<&'a str>,
+    /// Host facts.
+    pub facts: Option<HostFacts>,
+    /// The status before, whose condition transition times are kept when a condition's status
+    /// does not change.
+    pub previous: Option<&'a NodeTuningStatus>,
+    /// The NodeTuning's metadata.generation.
+    pub generation: Option<i64>,
+    /// Now, for new transition times.
+    pub now: Time,
+}
+
+/// Now, to the second, as the API server stores condition times: a time with a fraction would
+/// never compare equal to the stored one, and every status would look changed.
+pub fn now() -> Time {
+    let secs = Timestamp::now().as_second();
+    Time(Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// The status for an outcome.
+pub fn status(input: &StatusInput) -> NodeTuningStatus {
+    let o = input.outcome;
+    let revision = input.observed_revision.unwrap_or("-");
+    let applied_msg = match o.state {
+        NodeState::Applied => format!("revision {revision} is applied and verified"),
+        NodeState::Applying => format!("applying revision {revision}"),
+        NodeState::Planned => "plan mode: nothing was changed".to_string(),
+        NodeState::Reverted => "the spec was withdrawn; nothing is applied".to_string(),
+        NodeState::Idle => "nothing asked yet".to_string(),
+        NodeState::Failed => o.message.clone().unwrap_or_default(),
+    };
+    let not_supported = o.items.iter().any(|i| i.state == ItemState::NotSupported);
+    let conditions = vec![
+        condition(
+            input,
+            APPLIED,
+            o.state == NodeState::Applied,
+            &o.state.to_string(),
+            applied_msg,
+        ),
+        if o.state == NodeState::Failed {
+            let reason = if not_supported {
+                "NotSupported"
+            } else {
+                "TransactionFailed"
+            };
+            condition(
+                input,
+                DEGRADED,
+                true,
+                reason,
+                o.message.clone().unwrap_or_default(),
+            )
+        } else {
+            condition(input, DEGRADED, false, "AsExpected", String::new())
+        },
+        if o.state == NodeState::Reverted {
+            condition(
+                input,
+                REVERTED,
+                true,
+                "SpecWithdrawn",
+                "every setting hoststack changed is restored to its original value".into(),
+            )
+        } else {
+            condition(input, REVERTED, false, &o.state.to_string(), String::new())
+        },
+    ];
+    NodeTuningStatus {
+        state: Some(o.state),
+        applied_revision: o.applied.as_ref().map(|a| a.revision.clone()),
+        applied_tuning: o.applied.as_ref().map(|a| a.tuning.clone()),
+        observed_revision: input.observed_revision.map(str::to_string),
+        message: o.message.clone(),
+        items: o.items.clone(),
+        conditions,
+        facts: input.facts.clone(),
+    }
+}
+
+/// A condition, keeping the previous transition time when its status did not change.
+fn condition(
+    input: &StatusInput,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    let last_transition_time = input
+        .previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| input.now.clone());
+    Condition {
+        type_: type_.to_string(),
+        status,
+        reason: reason.to_string(),
+        message,
+        observed_generation: input.generation,
+        last_transition_time,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hoststack_crds::ItemResult;
+
+    use super::*;
+    use crate::journal::Applied;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("time"))
+    }
+
+    fn outcome(state: NodeState, message: Option<&str>) -> Outcome {
+        Outcome {
+            state,
+            items: vec![ItemResult {
+                kind: "sysctl".into(),
+                target: "net.ipv4.tcp_sack".into(),
+                original: Some("1".into()),
+                desired: Some("0".into()),
+                actual: Some("0".into()),
+                state: ItemState::Applied,
+                message: None,
+            }],
+            message: message.map(str::to_string),
+            applied: Some(Applied {
+                tuning: "edge".into(),
+                revision: "r1".into(),
+            }),
+        }
+    }
+
+    fn cond<'a>(s: &'a NodeTuningStatus, t: &str) -> &'a Condition {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .expect("condition")
+    }
+
+    #[test]
+    fn conditions_follow_the_state_and_keep_transition_times() {
+        let applied = outcome(NodeState::Applied, None);
+        let first = status(&StatusInput {
+            outcome: &applied,
+            observed_revision: Some("r1"),
+            facts: None,
+            previous: None,
+            generation: Some(3),
+            now: at(100),
+        });
+        assert_eq!(first.state, Some(NodeState::Applied));
+        assert_eq!(first.applied_revision.as_deref(), Some("r1"));
+        assert_eq!(first.applied_tuning.as_deref(), Some("edge"));
+        assert_eq!(cond(&first, APPLIED).status, "True");
+        assert_eq!(cond(&first, DEGRADED).status, "False");
+        assert_eq!(cond(&first, REVERTED).status, "False");
+        assert_eq!(cond(&first, APPLIED).observed_generation, Some(3));
+
+        // The same outcome later: identical status, so nothing to write.
+        let again = status(&StatusInput {
+            outcome: &applied,
+            observed_revision: Some("r1"),
+            facts: None,
+            previous: Some(&first),
+            generation: Some(3),
+            now: at(200),
+        });
+        assert_eq!(again, first);
+
+        // A failure flips Applied and Degraded at the new time; Reverted keeps its time.
+        let failed = outcome(NodeState::Failed, Some("sysctl x: nope"));
+        let third = status(&StatusInput {
+            outcome: &failed,
+            observed_revision: Some("r2"),
+            facts: None,
+            previous: Some(&first),
+            generation: Some(4),
+            now: at(300),
+        });
+        assert_eq!(cond(&third, APPLIED).last_transition_time, at(300));
+        assert_eq!(cond(&third, DEGRADED).status, "True");
+        assert_eq!(cond(&third, DEGRADED).reason, "TransactionFailed");
+        assert_eq!(cond(&third, DEGRADED).message, "sysctl x: nope");
+        assert_eq!(cond(&third, REVERTED).last_transition_time, at(100));
+        assert_eq!(third.message.as_deref(), Some("sysctl x: nope"));
+        assert_eq!(third.observed_revision.as_deref(), Some("r2"));
+    }
+
+    #[test]
+    fn reverted_and_not_supported() {
+        let mut reverted = outcome(NodeState::Reverted, None);
+        reverted.applied = None;
+        let s = status(&StatusInput {
+            outcome: &reverted,
+            observed_revision: None,
+            facts: None,
+            previous: None,
+            generation: None,
+            now: at(1),
+        });
+        assert_eq!(cond(&s, REVERTED).status, "True");
+        assert_eq!(cond(&s, REVERTED).reason, "SpecWithdrawn");
+        assert_eq!(s.applied_revision, None);
+
+        let mut unsupported = outcome(NodeState::Failed, Some("interfaces: not supported"));
+        unsupported.items[0].state = ItemState::NotSupported;
+        let s = status(&StatusInput {
+            outcome: &unsupported,
+            observed_revision: Some("r"),
+            facts: None,
+            previous: None,
+            generation: None,
+            now: at(1),
+        });
+        assert_eq!(cond(&s, DEGRADED).reason, "NotSupported");
+    }
+
+    #[test]
+    fn now_has_whole_seconds() {
+        assert_eq!(now().0.subsec_nanosecond(), 0);
+    }
+}
