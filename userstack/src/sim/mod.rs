@@ -145,16 +145,19 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     } = build(scenario, seed);
     let tcp = scenario.tcp.apply();
     let mut flow = 0usize;
+    let mut setup_rng = rng::Rng::new(seed ^ 0x7472_6166_6669_6300);
     for traffic in &scenario.traffic {
-        let (count, pattern, start) = match *traffic {
+        let (count, pattern, start, jitter_ms) = match *traffic {
             Traffic::Bulk {
                 flows,
                 bytes,
                 start_ms,
+                start_jitter_ms,
             } => (
                 flows,
                 Pattern::Bulk { limit: bytes },
                 Instant::from_millis(start_ms),
+                start_jitter_ms,
             ),
             Traffic::Cbr {
                 flows,
@@ -170,20 +173,18 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                         interval,
                     },
                     Instant::ZERO,
+                    0,
                 )
             }
             Traffic::OnOff {
                 flows,
                 on_ms,
                 off_ms,
-            } => (
-                flows,
-                Pattern::OnOff {
-                    on: Duration::from_millis(on_ms),
-                    off: Duration::from_millis(off_ms),
-                },
-                Instant::ZERO,
-            ),
+            } => {
+                let on = Duration::from_millis(on_ms);
+                let off = Duration::from_millis(off_ms);
+                (flows, Pattern::OnOff { on, off }, Instant::ZERO, 0)
+            }
             Traffic::Short { per_second, bytes } => {
                 let sender = senders[0];
                 let receiver = receivers[0];
@@ -213,6 +214,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                 let _ = host.stack.listen_with(port, 128, tcp);
             }
             let remote = SocketAddrV4::new(host_index_ip(&network, receiver), port);
+            let start = start + Duration::from_micros(setup_rng.below(jitter_ms * 1000 + 1));
             network.ctx.flows.push(FlowProgress::default());
             host_apps(&mut network, receiver).push(App::Receiver {
                 flow,

@@ -185,6 +185,9 @@ pub enum Traffic {
         /// Start offset in milliseconds.
         #[serde(default)]
         start_ms: u64,
+        /// Each flow starts up to this many milliseconds later, drawn from the seed.
+        #[serde(default)]
+        start_jitter_ms: u64,
     },
     /// Constant bit rate writes.
     Cbr {

@@ -21,6 +21,8 @@ pub struct TimerWheel {
     tick_nanos: u64,
     now_tick: u64,
     levels: Vec<Vec<Vec<Entry>>>,
+    /// Bit `s` of `occupied[level]` is set when that slot holds entries.
+    occupied: [u64; LEVELS],
     len: usize,
 }
 
@@ -34,6 +36,7 @@ impl TimerWheel {
             levels: (0..LEVELS)
                 .map(|_| (0..SLOTS).map(|_| Vec::new()).collect())
                 .collect(),
+            occupied: [0; LEVELS],
             len: 0,
         }
     }
@@ -57,6 +60,7 @@ impl TimerWheel {
         let level = level.min(LEVELS - 1);
         let slot = ((tick >> (SLOT_BITS as usize * level)) as usize) & (SLOTS - 1);
         self.levels[level][slot].push(Entry { tick, ..entry });
+        self.occupied[level] |= 1 << slot;
     }
 
     /// Schedules `(key, generation)` to expire at `deadline` (rounded up to the next tick).
@@ -90,12 +94,14 @@ impl TimerWheel {
                 }
                 let slot = ((self.now_tick >> shift) as usize) & (SLOTS - 1);
                 let entries = core::mem::take(&mut self.levels[level][slot]);
+                self.occupied[level] &= !(1u64 << slot);
                 for entry in entries {
                     self.place(entry, self.now_tick);
                 }
             }
             let slot = (self.now_tick as usize) & (SLOTS - 1);
             let mut due = core::mem::take(&mut self.levels[0][slot]);
+            self.occupied[0] &= !(1u64 << slot);
             for entry in due.drain(..) {
                 expired.push((entry.key, entry.generation));
                 self.len -= 1;
@@ -112,21 +118,26 @@ impl TimerWheel {
         }
         let mut best: Option<u64> = None;
         for level in 0..LEVELS {
+            if self.occupied[level] == 0 {
+                continue;
+            }
             let shift = SLOT_BITS as usize * level;
             let current = (self.now_tick >> shift) as usize;
-            for step in 1..=SLOTS {
-                let index = current + step;
-                let slot = index & (SLOTS - 1);
-                if let Some(min) = self.levels[level][slot].iter().map(|e| e.tick).min() {
-                    let start = if level == 0 {
-                        min
-                    } else {
-                        ((index as u64) << shift).max(self.now_tick + 1)
-                    };
-                    best = Some(best.map_or(start, |b| b.min(start)));
-                    break;
-                }
-            }
+            // The first occupied slot after the current one, found by rotating the bitmap.
+            let from = ((current + 1) & (SLOTS - 1)) as u32;
+            let step = u64::from(self.occupied[level].rotate_right(from).trailing_zeros()) + 1;
+            let index = current as u64 + step;
+            let slot = (index as usize) & (SLOTS - 1);
+            let start = if level == 0 {
+                self.levels[0][slot]
+                    .iter()
+                    .map(|e| e.tick)
+                    .min()
+                    .unwrap_or(index)
+            } else {
+                (index << shift).max(self.now_tick + 1)
+            };
+            best = Some(best.map_or(start, |b| b.min(start)));
         }
         best.map(|tick| Instant::from_nanos(tick * self.tick_nanos))
     }

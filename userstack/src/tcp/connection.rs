@@ -523,17 +523,23 @@ impl Connection {
     }
 
     /// Closes our direction (RFC 9293 3.10.4): the FIN follows the queued data.
+    ///
+    /// In SYN-SENT with nothing queued the connection is simply deleted (RFC 9293); with data
+    /// queued, the FIN waits for the handshake and follows the data.
     pub fn shutdown(&mut self) {
-        self.state = match self.state {
-            State::SynSent => {
-                self.state_closed();
-                return;
+        match self.state {
+            State::SynSent if self.send_buffer.is_empty() => self.state_closed(),
+            State::SynSent => self.fin_queued = true,
+            State::SynReceived | State::Established => {
+                self.state = State::FinWait1;
+                self.fin_queued = true;
             }
-            State::SynReceived | State::Established => State::FinWait1,
-            State::CloseWait => State::LastAck,
-            other => return self.state = other,
-        };
-        self.fin_queued = true;
+            State::CloseWait => {
+                self.state = State::LastAck;
+                self.fin_queued = true;
+            }
+            _ => {}
+        }
     }
 
     /// Closes the connection: a RST if unread data would be lost (RFC 9293 3.10.4, Linux's

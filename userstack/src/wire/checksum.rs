@@ -2,19 +2,32 @@
 
 use std::net::Ipv4Addr;
 
-/// Adds `data` as big-endian 16-bit words into a 32-bit one's-complement accumulator
-/// (RFC 1071 section 4.1); an odd trailing byte is padded with zero.
-pub fn accumulate(mut acc: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for word in &mut chunks {
-        acc = acc.wrapping_add(u32::from(u16::from_be_bytes([word[0], word[1]])));
-        acc = (acc & 0xffff) + (acc >> 16);
+/// Adds `data` as big-endian 16-bit words into a one's-complement accumulator (RFC 1071
+/// section 4.1); an odd trailing byte is padded with zero. Eight bytes are summed per step
+/// into a 64-bit register (RFC 1071 section 2(C), deferred carries).
+pub fn accumulate(acc: u32, data: &[u8]) -> u32 {
+    let mut sum = u64::from(acc);
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        sum += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        sum += u64::from(u32::from_be_bytes([c[4], c[5], c[6], c[7]]));
     }
-    if let [last] = chunks.remainder() {
-        acc = acc.wrapping_add(u32::from(*last) << 8);
-        acc = (acc & 0xffff) + (acc >> 16);
+    let mut rest = chunks.remainder().chunks_exact(2);
+    for word in &mut rest {
+        sum += u64::from(u16::from_be_bytes([word[0], word[1]]));
     }
-    acc
+    if let [last] = rest.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    // Fold 64 -> 32 bits keeping end-around carries.
+    while sum > 0xffff_ffff {
+        sum = (sum & 0xffff_ffff) + (sum >> 32);
+    }
+    let mut folded = sum as u32;
+    while folded > 0xffff {
+        folded = (folded & 0xffff) + (folded >> 16);
+    }
+    folded
 }
 
 /// Folds a 32-bit accumulator to 16 bits with end-around carry.
@@ -54,6 +67,22 @@ mod tests {
         // RFC 1071 section 3 example bytes: the folded sum is 0xddf2.
         let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
         assert_eq!(fold(accumulate(0, &data)), 0xddf2);
+    }
+
+    #[test]
+    fn wide_sum_matches_word_by_word_sum() {
+        for len in 0..64usize {
+            let data: Vec<u8> = (0..len)
+                .map(|i| (i as u8).wrapping_mul(151).wrapping_add(7))
+                .collect();
+            let mut reference = 0u32;
+            for pair in data.chunks(2) {
+                let word = u32::from(pair[0]) << 8 | u32::from(*pair.get(1).unwrap_or(&0));
+                reference += word;
+                reference = (reference & 0xffff) + (reference >> 16);
+            }
+            assert_eq!(fold(accumulate(0, &data)), fold(reference), "len {len}");
+        }
     }
 
     #[test]

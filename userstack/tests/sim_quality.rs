@@ -1,0 +1,121 @@
+//! Protocol quality judged in the simulator, with fixed seeds and medians over seeds. The
+//! scenarios are the files in `scenarios/`, shortened where noted so the suite stays fast in
+//! debug builds; `userstack-sim` runs them at full length (see docs/userstack.md).
+
+use userstack::sim::metrics::Report;
+use userstack::sim::scenario::Scenario;
+use userstack::sim::{median, run};
+
+const SEEDS: [u64; 3] = [1, 2, 3];
+
+fn load(name: &str) -> Scenario {
+    let path = format!("{}/scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn median_of(scenario: &Scenario, metric: impl Fn(&Report) -> f64) -> f64 {
+    let values: Vec<f64> = SEEDS
+        .iter()
+        .map(|&seed| metric(&run(scenario, seed)))
+        .collect();
+    median(&values)
+}
+
+#[test]
+fn one_flow_fills_a_clean_100mbit_path() {
+    let mut scenario = load("one-flow-100mbit");
+    scenario.duration_ms = 2000;
+    scenario.warmup_ms = 800;
+    let utilization = median_of(&scenario, |r| r.utilization);
+    assert!(utilization >= 0.95, "median utilization {utilization}");
+}
+
+#[test]
+fn eight_flows_share_the_bottleneck_fairly() {
+    let mut scenario = load("eight-flows-dumbbell");
+    scenario.duration_ms = 10_000;
+    scenario.warmup_ms = 5_000;
+    let reports: Vec<Report> = SEEDS.iter().map(|&seed| run(&scenario, seed)).collect();
+    let utilization = median(&reports.iter().map(|r| r.utilization).collect::<Vec<_>>());
+    let jain = median(&reports.iter().map(|r| r.jain_index).collect::<Vec<_>>());
+    assert!(
+        utilization >= 0.90,
+        "median aggregate utilization {utilization}"
+    );
+    assert!(jain >= 0.95, "median Jain index {jain}");
+}
+
+#[test]
+fn sack_retransmits_at_most_one_and_a_half_times_the_losses() {
+    let mut scenario = load("loss-1pct-sack");
+    scenario.duration_ms = 5000;
+    let ratio = median_of(&scenario, |r| r.network.retransmissions_per_loss);
+    assert!(
+        ratio <= 1.5,
+        "median retransmissions per lost segment {ratio}"
+    );
+    let lost = median_of(&scenario, |r| r.network.data_segments_lost as f64);
+    assert!(
+        lost > 10.0,
+        "the scenario must actually lose segments ({lost})"
+    );
+}
+
+#[test]
+fn sack_beats_newreno_at_five_percent_loss() {
+    let with_sack = median_of(&load("loss-5pct-sack"), |r| r.aggregate_goodput_mbps);
+    let without = median_of(&load("loss-5pct-nosack"), |r| r.aggregate_goodput_mbps);
+    println!(
+        "5% loss: SACK {with_sack:.2} Mbit/s, no SACK {without:.2} Mbit/s, ratio {:.2}",
+        with_sack / without
+    );
+    assert!(with_sack > without, "SACK {with_sack} vs no SACK {without}");
+}
+
+#[test]
+fn same_seed_gives_identical_traces() {
+    let mut scenario = load("mixed-traffic");
+    scenario.duration_ms = 1500;
+    scenario.warmup_ms = 500;
+    let first = run(&scenario, 42);
+    let second = run(&scenario, 42);
+    assert_eq!(first, second);
+    assert!(!first.traces.is_empty());
+    assert!(first.short_flows.completed > 0);
+    let other = run(&scenario, 43);
+    assert_ne!(first.trace_digest, other.trace_digest);
+}
+
+#[test]
+fn every_scenario_file_parses() {
+    let dir = format!("{}/scenarios", env!("CARGO_MANIFEST_DIR"));
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            Scenario::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            count += 1;
+        }
+    }
+    assert!(count >= 6);
+}
+
+#[test]
+fn loopback_topology_carries_a_flow() {
+    let text = r#"
+        name = "loopback"
+        duration_ms = 300
+        [topology]
+        kind = "loopback"
+        bottleneck_mbps = 10
+        rtt_ms = 1
+        queue_packets = 100
+        [[traffic]]
+        kind = "bulk"
+        bytes = 100000
+    "#;
+    let report = run(&Scenario::from_toml(text).unwrap(), 1);
+    assert_eq!(report.flows[0].bytes_delivered, 100_000);
+}
