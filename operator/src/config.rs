@@ -21,6 +21,9 @@ pub struct Args {
     /// Name of the Lease that elects the one active replica.
     #[arg(long, default_value = "hoststack-operator")]
     pub lease_name: String,
+    /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: std::net::SocketAddr,
     /// This replica's identity in leader election (the pod name in a cluster).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,

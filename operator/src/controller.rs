@@ -23,6 +23,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::daemonset::needs_agent;
+use crate::metrics::Metrics;
 use crate::selection::{assign, Assignment, NodeLabels};
 use crate::status::{aggregate, condition, set_condition, Observed};
 use crate::{Error, Result};
@@ -42,6 +43,7 @@ pub struct Context {
     tunings: Store<NetworkTuning>,
     recorder: Recorder,
     revert_timeout: Duration,
+    metrics: Arc<Metrics>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -49,6 +51,7 @@ pub async fn run(
     client: Client,
     identity: &str,
     revert_timeout: Duration,
+    metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
     let tunings_api = Api::<NetworkTuning>::all(client.clone());
@@ -94,6 +97,7 @@ pub async fn run(
         node_tunings,
         tunings: controller.store(),
         revert_timeout,
+        metrics,
     });
     controller
         .reconcile_all_on(triggers)
@@ -120,15 +124,20 @@ pub async fn reconcile(tuning: Arc<NetworkTuning>, ctx: Arc<Context>) -> Result<
         .await
         .map_err(|_| Error::CacheNotReady(format!("not filled within {CACHE_WAIT:?}")))?
         .map_err(|e| Error::CacheNotReady(e.to_string()))?;
+    let started = std::time::Instant::now();
+    let name = tuning.name_any();
     let api = Api::<NetworkTuning>::all(ctx.client.clone());
-    finalizer(&api, FINALIZER, tuning, |event| async {
+    let result = finalizer(&api, FINALIZER, tuning, |event| async {
         match event {
             FinalizerEvent::Apply(t) => apply(&t, &ctx).await,
             FinalizerEvent::Cleanup(t) => cleanup(&t, &ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconciled(&name, started.elapsed(), result.is_err());
+    result
 }
 
 /// Requeues a failed reconcile; a deletion that waits for reverts looks again soon.
@@ -333,6 +342,9 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
     let was = previous.and_then(|s| s.phase);
     let had_conflict = previous.is_some_and(|s| !s.conflicts.is_empty());
     write_status(&ctx.client, tuning, &status).await?;
+    if let Some(phase) = status.phase {
+        ctx.metrics.set_phase(&name, phase);
+    }
 
     let message_of = |t: &str| {
         status
@@ -456,6 +468,7 @@ async fn cleanup(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
         );
         write_status(&ctx.client, tuning, &status).await?;
         publish(ctx, tuning, EventType::Warning, "RevertTimeout", message).await;
+        ctx.metrics.forget(&name);
         return Ok(Action::await_change());
     }
     set_condition(

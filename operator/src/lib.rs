@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod daemonset;
 pub mod leader;
+pub mod metrics;
 pub mod selection;
 pub mod status;
 
@@ -31,6 +32,9 @@ pub enum Error {
     /// The leader-election task panicked or was cancelled.
     #[error("leader election task: {0}")]
     LeaseTask(String),
+    /// The metrics endpoint could not be served.
+    #[error("metrics endpoint: {0}")]
+    Metrics(#[source] std::io::Error),
     /// The caches of nodes and node tunings never became ready.
     #[error("caches not ready: {0}")]
     CacheNotReady(String),

@@ -2,12 +2,14 @@
 //! reconciles NetworkTunings.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use hoststack_crds::OPERATOR_FIELD_MANAGER;
 use hoststack_operator::config::Args;
 use hoststack_operator::daemonset::{agent_daemonset, AGENT_NAME};
 use hoststack_operator::leader::Election;
+use hoststack_operator::metrics::Metrics;
 use hoststack_operator::{controller, Result};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, Patch, PatchParams};
@@ -36,6 +38,11 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<()> {
     let client = Client::try_default().await?;
+    let metrics = Arc::new(Metrics::default());
+    let bound = hoststack_operator::metrics::serve(args.metrics_bind_address, metrics.clone())
+        .await
+        .map_err(hoststack_operator::Error::Metrics)?;
+    info!(address = %bound, "serving /metrics");
     let identity = args
         .identity
         .clone()
@@ -67,7 +74,7 @@ async fn run(args: Args) -> Result<()> {
         };
         let _ = lost_tx.send(lost_lease);
     };
-    controller::run(client, &identity, args.revert_timeout, stop).await?;
+    controller::run(client, &identity, args.revert_timeout, metrics, stop).await?;
     election.leave().await?;
     if lost_rx.try_recv().unwrap_or(false) {
         error!("lost the lease; exiting so that a restart rejoins the election");
