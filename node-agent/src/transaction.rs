@@ -93,8 +93,9 @@ pub fn settings_to_read(desired: &Desired, originals: &[Entry]) -> BTreeSet<Sett
 /// - A desired setting that does not exist or cannot be read is a failure.
 /// - A desired setting not managed yet gets its current value recorded as its original.
 /// - A desired setting whose value differs (whitespace runs collapsed) is set.
-/// - A managed setting no longer desired is restored to its original (if it differs) and
-///   released; one that no longer exists on the host is released without a write.
+/// - A managed setting no longer desired is restored to its original when it differs from it in
+///   any byte (a restore puts back exactly what was read), and released; one that no longer
+///   exists on the host is released without a write.
 pub fn plan(desired: &Desired, originals: &[Entry], readings: &Readings) -> Plan {
     let mut plan = Plan::default();
     let not_read = || Reading::Unreadable("not read".into());
@@ -105,7 +106,7 @@ pub fn plan(desired: &Desired, originals: &[Entry], readings: &Readings) -> Plan
         }
         match readings.get(&setting).cloned().unwrap_or_else(not_read) {
             Reading::Value(current) => {
-                if !same_value(&current, &original.value) {
+                if current != original.value {
                     plan.steps.push(Step {
                         setting: setting.clone(),
                         before: current,
@@ -416,14 +417,14 @@ impl Transactor {
         }
     }
 
-    /// Writes `entries` back in reverse order, skipping settings that already have their value
-    /// or no longer exist. Every entry is attempted; the first failure is returned.
+    /// Writes `entries` back in reverse order, skipping settings that already have exactly their
+    /// value or no longer exist. Every entry is attempted; the first failure is returned.
     fn restore(&self, entries: &[Entry], after_write: &mut dyn FnMut()) -> Result<()> {
         let mut first_error = None;
         for entry in entries.iter().rev() {
             let setting = entry.setting();
             match self.host.read(&setting) {
-                Reading::Value(v) if same_value(&v, &entry.value) => continue,
+                Reading::Value(v) if v == entry.value => continue,
                 Reading::Missing(_) => continue,
                 Reading::Value(_) | Reading::Unreadable(_) => {}
             }
