@@ -36,6 +36,11 @@ impl BufferPool {
         }
     }
 
+    /// Takes a spare buffer as is (any length), to hand to another pool.
+    pub fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.free.pop()
+    }
+
     /// Spare buffers held.
     pub fn spare(&self) -> usize {
         self.free.len()

@@ -398,6 +398,12 @@ impl Stack {
         self.dirty = dirty;
     }
 
+    /// The frame-buffer pool (a device backend or a memory link may move buffers between
+    /// pools to model transmit completions).
+    pub fn buffer_pool(&mut self) -> &mut BufferPool {
+        &mut self.pool
+    }
+
     /// Returns a frame buffer obtained from [`Stack::egress`] for reuse.
     pub fn recycle(&mut self, frame: Vec<u8>) {
         self.pool.put(frame);

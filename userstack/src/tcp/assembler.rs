@@ -6,7 +6,8 @@
 pub struct Assembler {
     ranges: Vec<(u32, u32)>,
     /// Start offsets of ranges, most recently extended first (at most four).
-    recent: Vec<u32>,
+    recent: [u32; 4],
+    recent_len: usize,
     max_ranges: usize,
 }
 
@@ -26,7 +27,8 @@ impl Assembler {
     pub fn new(max_ranges: usize) -> Assembler {
         Assembler {
             ranges: Vec::new(),
-            recent: Vec::with_capacity(4),
+            recent: [0; 4],
+            recent_len: 0,
             max_ranges: max_ranges.max(1),
         }
     }
@@ -76,16 +78,18 @@ impl Assembler {
     }
 
     fn touch(&mut self, start: u32) {
-        let mut recent = Vec::with_capacity(4);
-        recent.push(start);
-        for &offset in &self.recent {
+        let mut recent = [start, 0, 0, 0];
+        let mut len = 1;
+        for &offset in &self.recent[..self.recent_len] {
             if let Some((s, _)) = self.containing(offset) {
-                if !recent.contains(&s) && recent.len() < 4 {
-                    recent.push(s);
+                if !recent[..len].contains(&s) && len < 4 {
+                    recent[len] = s;
+                    len += 1;
                 }
             }
         }
         self.recent = recent;
+        self.recent_len = len;
     }
 
     /// Removes the range starting at offset 0, if any, shifts the rest down and returns its
@@ -98,10 +102,14 @@ impl Assembler {
                     range.0 -= end;
                     range.1 -= end;
                 }
-                self.recent.retain(|&s| s >= end);
-                for s in &mut self.recent {
-                    *s -= end;
+                let mut kept = 0;
+                for i in 0..self.recent_len {
+                    if self.recent[i] >= end {
+                        self.recent[kept] = self.recent[i] - end;
+                        kept += 1;
+                    }
                 }
+                self.recent_len = kept;
                 end
             }
             _ => 0,
@@ -110,7 +118,9 @@ impl Assembler {
 
     /// Held ranges in SACK order: the most recently changed first, then the rest by recency.
     pub fn recent_ranges(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
-        self.recent.iter().filter_map(|&s| self.containing(s))
+        self.recent[..self.recent_len]
+            .iter()
+            .filter_map(|&s| self.containing(s))
     }
 }
 

@@ -1092,6 +1092,18 @@ impl Connection {
         let offset = seq.distance_from(self.rcv_nxt) as usize;
         let had_holes = !self.assembler.is_empty();
         let written = self.recv_buffer.write_at(offset, data);
+        if offset == 0 && !had_holes {
+            // Fast path: in order with nothing queued behind it.
+            self.recv_buffer.commit(written);
+            self.rcv_nxt = self.rcv_nxt + written as u32;
+            self.stats.bytes_received += written as u64;
+            self.rcv_mss = self
+                .rcv_mss
+                .max(data.len() as u32)
+                .min(u32::from(self.config.mss));
+            self.schedule_ack(now, data.len(), written);
+            return;
+        }
         self.rcv_mss = self
             .rcv_mss
             .max(data.len() as u32)
@@ -1124,17 +1136,20 @@ impl Connection {
             // A hole was (partly) filled: ACK at once.
             self.ack_now = true;
         } else {
-            if data.len() as u32 >= self.rcv_mss {
-                self.segments_unacked += 1;
-            }
-            if self.segments_unacked >= self.config.ack_every_segments {
-                self.ack_now = true;
-            } else if self.delack_deadline.is_none() {
-                self.delack_deadline = Some(now + self.config.delayed_ack);
-            }
+            self.schedule_ack(now, data.len(), written);
         }
-        if written < data.len() {
+    }
+
+    /// In-order data: ACK every `ack_every_segments` full-sized segments, else arm the
+    /// delayed-ACK timer (RFC 1122 4.2.3.2, RFC 5681 4.2); ACK at once when data was cut off.
+    fn schedule_ack(&mut self, now: Instant, len: usize, written: usize) {
+        if len as u32 >= self.rcv_mss {
+            self.segments_unacked += 1;
+        }
+        if self.segments_unacked >= self.config.ack_every_segments || written < len {
             self.ack_now = true;
+        } else if self.delack_deadline.is_none() {
+            self.delack_deadline = Some(now + self.config.delayed_ack);
         }
     }
 

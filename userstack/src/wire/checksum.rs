@@ -3,31 +3,35 @@
 use std::net::Ipv4Addr;
 
 /// Adds `data` as big-endian 16-bit words into a one's-complement accumulator (RFC 1071
-/// section 4.1); an odd trailing byte is padded with zero. Eight bytes are summed per step
-/// into a 64-bit register (RFC 1071 section 2(C), deferred carries).
+/// section 4.1); an odd trailing byte is padded with zero.
+///
+/// The sum is taken over native-endian 64-bit loads split into 32-bit halves (deferred
+/// carries, RFC 1071 section 2(C)) and byte-swapped at the end, which the one's-complement
+/// sum permits (RFC 1071 section 2(B), byte-order independence).
 pub fn accumulate(acc: u32, data: &[u8]) -> u32 {
-    let mut sum = u64::from(acc);
+    let mut wide: u64 = 0;
     let mut chunks = data.chunks_exact(8);
     for c in &mut chunks {
-        sum += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-        sum += u64::from(u32::from_be_bytes([c[4], c[5], c[6], c[7]]));
+        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        wide += (w & 0xffff_ffff) + (w >> 32);
     }
     let mut rest = chunks.remainder().chunks_exact(2);
     for word in &mut rest {
-        sum += u64::from(u16::from_be_bytes([word[0], word[1]]));
+        wide += u64::from(u16::from_ne_bytes([word[0], word[1]]));
     }
     if let [last] = rest.remainder() {
-        sum += u64::from(*last) << 8;
+        wide += u64::from(u16::from_ne_bytes([*last, 0]));
     }
-    // Fold 64 -> 32 bits keeping end-around carries.
-    while sum > 0xffff_ffff {
-        sum = (sum & 0xffff_ffff) + (sum >> 32);
+    while wide > 0xffff {
+        wide = (wide & 0xffff) + (wide >> 16);
     }
-    let mut folded = sum as u32;
-    while folded > 0xffff {
-        folded = (folded & 0xffff) + (folded >> 16);
+    let native = wide as u16;
+    let big_endian = u16::from_be_bytes(native.to_ne_bytes());
+    let mut sum = acc + u32::from(big_endian);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
     }
-    folded
+    sum
 }
 
 /// Folds a 32-bit accumulator to 16 bits with end-around carry.
