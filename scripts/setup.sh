@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
-# Idempotent set-up of a fresh machine for the lab and the tests: Debian packages, the control
-# plane built from its Go modules (cached outside the repo), and the workspace's binaries.
+# Idempotent set-up of a fresh machine (Debian, root) for the lab and the tests: Debian
+# packages, the control plane built from its Go modules (cached outside the repo), and the
+# workspace's binaries. Needs Go >= 1.24 and a Rust toolchain; both are looked for in their
+# usual places when not on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates)
+log() { echo "[setup] $*" >&2; }
 
+# Toolchains installed the usual way but not on a non-login shell's PATH.
+for dir in /usr/local/go/bin "$HOME/go/bin" "$HOME/.cargo/bin"; do
+  case ":$PATH:" in *":$dir:"*) ;; *) if [ -d "$dir" ]; then PATH="$PATH:$dir"; fi ;; esac
+done
+export PATH
+
+if [ "$(id -u)" != 0 ]; then
+  log "the lab needs root (network namespaces, veths, a bridge); run as root"
+  exit 1
+fi
+
+# iproute2: ip netns/link/addr; openssl: the lab's PKI; procps: sysctl; util-linux: nsenter.
+PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "[setup] installing ${missing[*]}" >&2
+  log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-CONTROL_PLANE_BIN=$(scripts/build-control-plane.sh)
-export HOSTSTACK_CONTROL_PLANE_BIN=$CONTROL_PLANE_BIN
-echo "[setup] control plane binaries in $CONTROL_PLANE_BIN" >&2
+command -v go >/dev/null || {
+  log "Go (>= 1.24) is needed to build etcd, kube-apiserver, kubectl and helm; install it (https://go.dev/doc/install) and run again"
+  exit 1
+}
+command -v cargo >/dev/null || {
+  log "a Rust toolchain is needed (https://rustup.rs); install it and run again"
+  exit 1
+}
 
+CONTROL_PLANE_BIN=$(scripts/build-control-plane.sh)
+log "control plane binaries in $CONTROL_PLANE_BIN"
+
+log "building the workspace's binaries"
 cargo build --workspace --bins --quiet

@@ -1,0 +1,219 @@
+//! `hoststack-lab`: the local lab from the command line.
+//!
+//! - `hoststack-lab up [--nodes 3]` starts a lab (node-a and node-b labelled pool=edge, node-c
+//!   pool=core), applies examples/, and shows `kubectl get networktunings,nodetunings` every
+//!   few seconds until Ctrl-C or SIGTERM, then tears everything down.
+//! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
+//!   devices, directories); `--all` also stops labs that are still running.
+
+use clap::{Parser, Subcommand};
+use hoststack_e2e::{Lab, LabConfig};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// The hoststack local lab: a real etcd and kube-apiserver, nodes as network namespaces, the
+/// operator and one agent per node.
+#[derive(Parser)]
+#[command(name = "hoststack-lab", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a lab, apply examples/, show the tunings until Ctrl-C, then tear it down.
+    Up {
+        /// Number of nodes (node-a, node-b, ...; the last is pool=core, the others pool=edge).
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Directory of NetworkTuning examples to apply (default: the repository's examples/).
+        #[arg(long)]
+        examples: Option<PathBuf>,
+        /// Seconds between status prints.
+        #[arg(long, default_value_t = 5)]
+        interval: u64,
+    },
+    /// Remove leftovers of labs whose owner died.
+    Down {
+        /// Also stop and remove labs that are still running.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Up {
+            nodes,
+            examples,
+            interval,
+        } => up(nodes, examples, Duration::from_secs(interval.max(1))),
+        Cmd::Down { all } => down(all),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hoststack-lab: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn up(nodes: usize, examples: Option<PathBuf>, interval: Duration) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    // Catch SIGINT and SIGTERM before starting, so a Ctrl-C during start-up still ends in an
+    // orderly teardown.
+    let (mut sigint, mut sigterm) = runtime
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })
+        .map_err(|e| e.to_string())?;
+
+    let started = Instant::now();
+    eprintln!("hoststack-lab: starting a lab with {nodes} nodes ...");
+    let lab = Lab::start(LabConfig::with_nodes(nodes)).map_err(|e| e.to_string())?;
+    eprintln!(
+        "hoststack-lab: lab {} up in {:.1}s at {} (directory {})",
+        lab.index(),
+        started.elapsed().as_secs_f64(),
+        lab.api_url(),
+        lab.dir().display()
+    );
+    let kubectl_dir = std::env::var("HOSTSTACK_CONTROL_PLANE_BIN")
+        .unwrap_or_else(|_| "/var/cache/hoststack/bin".to_string());
+    println!("# Use kubectl against the lab from another shell:");
+    println!("export KUBECONFIG={}", lab.kubeconfig().display());
+    println!("export PATH={kubectl_dir}:$PATH");
+    for node in lab.node_names() {
+        println!(
+            "#   {node}: ip netns exec {} ...   ({})",
+            lab.netns(&node),
+            lab.node_ip(&node)
+        );
+    }
+
+    let examples = examples.unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("e2e/ has a parent")
+            .join("examples")
+    });
+    apply_examples(&lab, &examples);
+
+    println!("# Showing the tunings every {interval:?}; Ctrl-C tears the lab down.");
+    runtime.block_on(async {
+        loop {
+            show(&lab);
+            tokio::select! {
+                _ = sigint.recv() => break,
+                _ = sigterm.recv() => break,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    });
+
+    eprintln!("hoststack-lab: tearing down ...");
+    let stopping = Instant::now();
+    let result = lab.stop().map_err(|e| e.to_string());
+    eprintln!(
+        "hoststack-lab: torn down in {:.1}s",
+        stopping.elapsed().as_secs_f64()
+    );
+    result
+}
+
+/// `kubectl apply` of every YAML file in `dir`, each reported.
+fn apply_examples(lab: &Lab, dir: &Path) {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            })
+            .collect(),
+        Err(e) => {
+            eprintln!(
+                "hoststack-lab: no examples applied ({}: {e})",
+                dir.display()
+            );
+            return;
+        }
+    };
+    files.sort();
+    if files.is_empty() {
+        eprintln!("hoststack-lab: {} holds no examples", dir.display());
+    }
+    for file in files {
+        let path = file.display().to_string();
+        let out = lab.kubectl(&["apply", "-f", &path]);
+        let text = if out.status.success() {
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        } else {
+            format!("FAILED: {}", String::from_utf8_lossy(&out.stderr))
+        };
+        println!("kubectl apply -f {path}: {}", text.trim());
+    }
+}
+
+/// Prints the tunings and node tunings.
+fn show(lab: &Lab) {
+    let out = lab.kubectl(&["get", "networktunings,nodetunings", "-o", "wide"]);
+    println!(
+        "---- {} ----\n{}{}",
+        hms(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn down(all: bool) -> Result<(), String> {
+    let report = hoststack_e2e::sweep(all).map_err(|e| e.to_string())?;
+    for dir in &report.removed {
+        println!("removed {}", dir.display());
+    }
+    for k in &report.orphans {
+        println!("deleted orphaned namespaces and devices of lab {k}");
+    }
+    for dir in &report.live {
+        println!(
+            "left {} alone: its owner still runs (use --all to stop it)",
+            dir.display()
+        );
+    }
+    if report.killed > 0 {
+        println!("killed {} processes", report.killed);
+    }
+    if report.removed.is_empty() && report.orphans.is_empty() && report.live.is_empty() {
+        println!("nothing to clean up");
+    }
+    if report.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(report.errors.join("; "))
+    }
+}
+
+/// The current UTC time as HH:MM:SS.
+fn hms() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60
+    )
+}

@@ -1,0 +1,129 @@
+//! Where the lab finds its programs: the control plane (cached outside the repo by
+//! scripts/build-control-plane.sh) and the workspace's own binaries (the cargo target dir).
+
+use crate::{command, Error, Result};
+use std::path::{Path, PathBuf};
+
+/// Default directory of the control-plane binaries.
+const CONTROL_PLANE_DEFAULT: &str = "/var/cache/hoststack/bin";
+
+/// Absolute paths of every program the lab runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kubectl: PathBuf,
+    pub helm: PathBuf,
+    pub operator: PathBuf,
+    pub agent: PathBuf,
+}
+
+impl Binaries {
+    /// Locates the control plane (env `HOSTSTACK_CONTROL_PLANE_BIN`, else
+    /// /var/cache/hoststack/bin) and the workspace binaries (env `HOSTSTACK_BIN_DIR`, else the
+    /// directory of the running executable, leaving `deps/`). When the workspace binaries are
+    /// taken from the target dir and `HOSTSTACK_LAB_BUILD` is not `0`, runs `cargo build` for
+    /// the operator and agent first, so a test never runs stale binaries. `workload`: whether
+    /// operator and agent are needed at all.
+    pub fn locate(workload: bool) -> Result<Binaries> {
+        let cp = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(CONTROL_PLANE_DEFAULT));
+        let explicit = std::env::var_os("HOSTSTACK_BIN_DIR").map(PathBuf::from);
+        let bin_dir = match &explicit {
+            Some(dir) => dir.clone(),
+            None => target_bin_dir()?,
+        };
+        let bins = Binaries {
+            etcd: cp.join("etcd"),
+            kube_apiserver: cp.join("kube-apiserver"),
+            kubectl: cp.join("kubectl"),
+            helm: cp.join("helm"),
+            operator: bin_dir.join("hoststack-operator"),
+            agent: bin_dir.join("hoststack-agent"),
+        };
+        for path in [&bins.etcd, &bins.kube_apiserver, &bins.kubectl, &bins.helm] {
+            if !is_executable(path) {
+                return Err(Error::Setup(format!(
+                    "{} is missing: run scripts/setup.sh (or scripts/build-control-plane.sh), \
+                     or point HOSTSTACK_CONTROL_PLANE_BIN at a directory with etcd, \
+                     kube-apiserver, kubectl and helm",
+                    path.display()
+                )));
+            }
+        }
+        if workload {
+            let build = std::env::var("HOSTSTACK_LAB_BUILD").map_or(true, |v| v != "0");
+            if explicit.is_none() && build {
+                cargo_build(&bin_dir)?;
+            }
+            for path in [&bins.operator, &bins.agent] {
+                if !is_executable(path) {
+                    return Err(Error::Setup(format!(
+                        "{} is missing: run `cargo build --workspace --bins` (scripts/setup.sh \
+                         does), or set HOSTSTACK_BIN_DIR",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        Ok(bins)
+    }
+}
+
+/// The repository root: env `HOSTSTACK_REPO_ROOT`, else the parent of this crate's manifest
+/// directory.
+pub(crate) fn repo_root() -> PathBuf {
+    std::env::var_os("HOSTSTACK_REPO_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("e2e/ has a parent")
+                .to_path_buf()
+        })
+}
+
+/// target/<profile> of the running executable (test binaries live in target/<profile>/deps).
+fn target_bin_dir() -> Result<PathBuf> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("locating the running binary", e))?;
+    let mut dir = exe
+        .parent()
+        .ok_or_else(|| Error::Setup(format!("{} has no parent", exe.display())))?
+        .to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    Ok(dir)
+}
+
+/// Brings the operator and agent binaries in `bin_dir` (a cargo target profile dir) up to
+/// date with the sources.
+fn cargo_build(bin_dir: &Path) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut build = command::cmd(
+        &cargo,
+        &[
+            "build",
+            "--quiet",
+            "-p",
+            "hoststack-operator",
+            "-p",
+            "hoststack-agent",
+            "--bins",
+        ],
+    );
+    if bin_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    if let Some(target) = bin_dir.parent() {
+        build.env("CARGO_TARGET_DIR", target);
+    }
+    build.current_dir(repo_root());
+    command::run(&mut build, None).map(drop)
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

@@ -1,0 +1,153 @@
+//! What a lab consists of: its nodes and which hoststack processes it runs.
+
+use std::collections::BTreeMap;
+
+/// How a lab node is realised.
+///
+/// Only [`NodeKind::Process`] exists now; later kinds (a real kubelet in the namespace, a VM
+/// with PCI devices) plug in here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeKind {
+    /// A Node object without a kubelet, backed by a network namespace; the agent runs as a
+    /// plain process inside that namespace (`ip netns exec`).
+    #[default]
+    Process,
+}
+
+/// One node of the lab.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Node name: a DNS label (lowercase letters, digits, '-'), at most 40 characters.
+    pub name: String,
+    /// Labels of the Node object.
+    pub labels: BTreeMap<String, String>,
+    /// How the node is realised.
+    pub kind: NodeKind,
+}
+
+impl NodeSpec {
+    /// A process node without labels.
+    pub fn process(name: impl Into<String>) -> Self {
+        NodeSpec {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            kind: NodeKind::Process,
+        }
+    }
+
+    /// The same node with one more label.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+}
+
+/// What [`crate::Lab::start`] builds.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    /// The nodes, in order; node i gets address 198.18.k.(10+i).
+    pub nodes: Vec<NodeSpec>,
+    /// Start hoststack-operator in the root namespace.
+    pub start_operator: bool,
+    /// Start one hoststack-agent per node inside its namespace.
+    pub start_agents: bool,
+    /// Extra arguments for the operator (e.g. `--revert-timeout 10s`).
+    pub operator_args: Vec<String>,
+    /// Extra arguments for every agent (e.g. `--resync-interval 5s`).
+    pub agent_args: Vec<String>,
+    /// The image the operator puts into the agent DaemonSet (unused by process nodes).
+    pub agent_image: String,
+}
+
+impl LabConfig {
+    /// `n` process nodes named node-a, node-b, ...; the last is labelled `pool=core`, the
+    /// others `pool=edge` (a single node is `pool=edge`).
+    pub fn with_nodes(n: usize) -> Self {
+        let nodes = (0..n)
+            .map(|i| {
+                let pool = if n > 1 && i == n - 1 { "core" } else { "edge" };
+                NodeSpec::process(node_name(i)).label("pool", pool)
+            })
+            .collect();
+        LabConfig {
+            nodes,
+            start_operator: true,
+            start_agents: true,
+            operator_args: Vec::new(),
+            agent_args: Vec::new(),
+            agent_image: "ghcr.io/hoststack/hoststack:dev".to_string(),
+        }
+    }
+
+    /// The same configuration without operator and agents: control plane, nodes and
+    /// namespaces only.
+    pub fn control_plane_only(mut self) -> Self {
+        self.start_operator = false;
+        self.start_agents = false;
+        self
+    }
+}
+
+impl Default for LabConfig {
+    /// The standard lab: node-a and node-b (`pool=edge`), node-c (`pool=core`), operator and
+    /// agents running.
+    fn default() -> Self {
+        LabConfig::with_nodes(3)
+    }
+}
+
+/// node-a, node-b, ..., node-z, node-26, node-27, ...
+fn node_name(i: usize) -> String {
+    match u8::try_from(i) {
+        Ok(i) if i < 26 => format!("node-{}", char::from(b'a' + i)),
+        _ => format!("node-{i}"),
+    }
+}
+
+/// Checks a node name: a DNS label short enough for our namespace names.
+pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid node name {name:?}: use lowercase letters, digits and '-', at most 40"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_two_edge_nodes_and_one_core_node() {
+        let config = LabConfig::default();
+        let pools: Vec<(&str, &str)> = config
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.labels["pool"].as_str()))
+            .collect();
+        assert_eq!(
+            pools,
+            [("node-a", "edge"), ("node-b", "edge"), ("node-c", "core")]
+        );
+        assert!(config.start_operator && config.start_agents);
+    }
+
+    #[test]
+    fn node_names_are_checked() {
+        assert!(validate_node_name("node-a").is_ok());
+        assert!(validate_node_name("Node").is_err());
+        assert!(validate_node_name("-a").is_err());
+        assert!(validate_node_name("a/b").is_err());
+        assert!(validate_node_name(&"a".repeat(41)).is_err());
+    }
+}

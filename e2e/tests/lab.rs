@@ -1,0 +1,198 @@
+//! The lab itself: it starts, serves the API with the chart's RBAC, keeps nodes' network
+//! stacks apart, and leaves nothing behind.
+
+use hoststack_e2e::{Identity, Lab, LabConfig};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use std::process::Command;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn ok(out: std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
+}
+
+fn lines_of(program: &str, args: &[&str]) -> Vec<String> {
+    let out = Command::new(program).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
+    let lab = Lab::start(LabConfig::default()).expect("the lab starts");
+    assert_eq!(lab.node_names(), ["node-a", "node-b", "node-c"]);
+
+    // The Nodes with their labels.
+    let edge = lab.kubectl(&["get", "nodes", "-l", "pool=edge", "-o", "name"]);
+    assert_eq!(ok(edge, "get nodes"), "node/node-a\nnode/node-b");
+
+    // The CRDs are served, with their documentation.
+    let resources = ok(
+        lab.kubectl(&["api-resources", "--api-group=hoststack.dev", "-o", "name"]),
+        "api-resources",
+    );
+    assert!(
+        resources.contains("networktunings.hoststack.dev"),
+        "{resources}"
+    );
+    assert!(
+        resources.contains("nodetunings.hoststack.dev"),
+        "{resources}"
+    );
+    let explain = ok(
+        lab.kubectl(&["explain", "networktuning.spec.sysctls"]),
+        "kubectl explain",
+    );
+    assert!(explain.contains("sysctls"), "{explain}");
+
+    // A kube client with the admin credentials (rustls, IP SANs) sees the same.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let nodes = runtime.block_on(async {
+        let client = lab.client().await.expect("kube client");
+        let nodes: Api<Node> = Api::all(client);
+        let list = nodes.list(&Default::default()).await.expect("list nodes");
+        list.items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(nodes, ["node-a", "node-b", "node-c"]);
+
+    // The operator and agents run with the chart's least-privilege RBAC, not as admin.
+    let can = |identity, args: &[&str]| {
+        let mut argv = vec!["auth", "can-i"];
+        argv.extend_from_slice(args);
+        stdout(&lab.kubectl_as(identity, &argv, None)) == "yes"
+    };
+    assert!(can(
+        Identity::Operator,
+        &["watch", "networktunings.hoststack.dev"]
+    ));
+    assert!(can(
+        Identity::Operator,
+        &["create", "nodetunings.hoststack.dev"]
+    ));
+    assert!(!can(
+        Identity::Operator,
+        &["create", "networktunings.hoststack.dev"]
+    ));
+    assert!(!can(Identity::Operator, &["delete", "nodes"]));
+    assert!(can(
+        Identity::Operator,
+        &[
+            "create",
+            "leases.coordination.k8s.io",
+            "-n",
+            "hoststack-system"
+        ]
+    ));
+    assert!(can(
+        Identity::Agent,
+        &["watch", "nodetunings.hoststack.dev"]
+    ));
+    assert!(can(
+        Identity::Agent,
+        &["patch", "nodetunings.hoststack.dev", "--subresource=status"]
+    ));
+    assert!(!can(
+        Identity::Agent,
+        &["patch", "nodetunings.hoststack.dev"]
+    ));
+    assert!(!can(Identity::Agent, &["list", "secrets", "-A"]));
+
+    // Each node reaches the API server at the bridge address from inside its namespace.
+    let url = lab.api_url().trim_start_matches("https://").to_string();
+    let (host, port) = url.split_once(':').unwrap();
+    for node in lab.node_names() {
+        let probe = format!("exec 3<>/dev/tcp/{host}/{port}");
+        let out = lab.exec_in_node(&node, &["bash", "-c", &probe]);
+        ok(out, &format!("{node} connects to {url}"));
+        let addr = ok(
+            lab.exec_in_node(&node, &["ip", "-4", "-o", "addr", "show", "dev", "eth0"]),
+            "ip addr",
+        );
+        assert!(addr.contains(&lab.node_ip(&node).to_string()), "{addr}");
+    }
+
+    // net.* sysctls are per node: a write in one namespace leaves the others alone.
+    let root_sack = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_sack").unwrap();
+    assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_sack"), "1");
+    assert_eq!(lab.sysctl("node-b", "net.ipv4.tcp_sack"), "1");
+    ok(
+        lab.exec_in_node("node-a", &["sysctl", "-w", "net.ipv4.tcp_sack=0"]),
+        "sysctl -w",
+    );
+    assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_sack"), "0");
+    assert_eq!(lab.sysctl("node-b", "net.ipv4.tcp_sack"), "1");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_sack").unwrap(),
+        root_sack
+    );
+    lab.write_sysctl("node-a", "net.ipv4.tcp_sack", "1");
+    assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_sack"), "1");
+    let rmem = lab.sysctl("node-c", "net.ipv4.tcp_rmem");
+    assert_eq!(rmem.split(' ').count(), 3, "{rmem:?}");
+
+    // The operator and one agent per node run.
+    let processes = lab.processes();
+    let names: Vec<&str> = processes.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "etcd",
+            "kube-apiserver",
+            "operator",
+            "agent node-a",
+            "agent node-b",
+            "agent node-c"
+        ]
+    );
+    for node in lab.node_names() {
+        assert!(lab.agent_pid(&node).is_some(), "agent on {node}");
+    }
+
+    // Dropping the lab leaves nothing behind.
+    let k = lab.index();
+    let dir = lab.dir().to_path_buf();
+    drop(lab);
+    for (name, pid) in processes {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "{name} (pid {pid}) still runs"
+        );
+    }
+    let netns_prefix = format!("hs{k}-");
+    let namespaces = lines_of("ip", &["netns", "list"]);
+    assert!(
+        !namespaces.iter().any(|l| l.starts_with(&netns_prefix)),
+        "{namespaces:?}"
+    );
+    let links = lines_of("ip", &["-o", "link", "show"]);
+    let bridge = format!(": hs{k}br");
+    let veth = format!(": hs{k}n");
+    assert!(
+        !links
+            .iter()
+            .any(|l| l.contains(&bridge) || l.contains(&veth)),
+        "{links:?}"
+    );
+    let addrs = lines_of("ip", &["-4", "-o", "addr", "show"]);
+    let subnet = format!(" 198.18.{k}.");
+    assert!(!addrs.iter().any(|l| l.contains(&subnet)), "{addrs:?}");
+    assert!(!dir.exists(), "{} remains", dir.display());
+}
