@@ -180,6 +180,9 @@ impl Reconciler {
                 } else if prepared.is_settled(&goal) {
                     self.reuse(desired, NodeState::Applied)
                         .unwrap_or_else(|| prepared.settled(&goal))
+                } else if !prepared.plan.failures.is_empty() {
+                    // Fails before any write: no Applying in between.
+                    return Ok(Next::Transaction { applying: None });
                 } else {
                     let mut applying = prepared.preview(&goal);
                     applying.state = NodeState::Applying;
