@@ -54,10 +54,11 @@ impl Pair {
         self.a.egress(self.now, &mut self.ab);
         self.b.egress(self.now, &mut self.ba);
         let moved = !self.ab.is_empty() || !self.ba.is_empty();
+        let (to_b, to_a) = (self.ab.len(), self.ba.len());
         self.b.ingress(self.now, &mut self.ab);
         self.a.ingress(self.now, &mut self.ba);
-        // Transmit completion: hand receive buffers back to the sender's pool.
-        for _ in 0..64 {
+        // Transmit completion: the buffers a frame used go back to its sender's pool.
+        for _ in 0..to_b.saturating_sub(to_a) {
             match self.b.buffer_pool().take_spare() {
                 Some(buf) => self.a.buffer_pool().put(buf),
                 None => break,

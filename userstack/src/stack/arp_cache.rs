@@ -20,6 +20,8 @@ pub const MAX_PENDING: usize = 64;
 #[derive(Debug, Default)]
 pub struct ArpCache {
     entries: HashMap<Ipv4Addr, (EthernetAddress, Instant)>,
+    /// The last successful lookup: nearly every frame goes to the same next hop.
+    last: Option<(Ipv4Addr, EthernetAddress, Instant)>,
     last_request: HashMap<Ipv4Addr, Instant>,
     pending: Vec<(Ipv4Addr, Vec<u8>)>,
 }
@@ -31,16 +33,24 @@ impl ArpCache {
     }
 
     /// The MAC for `ip`, if known and fresh.
-    pub fn lookup(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
-        self.entries
+    pub fn lookup(&mut self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+        if let Some((last_ip, mac, expires)) = self.last {
+            if last_ip == ip && expires > now {
+                return Some(mac);
+            }
+        }
+        let (mac, expires) = *self
+            .entries
             .get(&ip)
-            .filter(|(_, expires)| *expires > now)
-            .map(|(mac, _)| *mac)
+            .filter(|(_, expires)| *expires > now)?;
+        self.last = Some((ip, mac, expires));
+        Some(mac)
     }
 
     /// Learns `ip` is at `mac`; returns frames that were waiting for it.
     pub fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) -> Vec<Vec<u8>> {
         self.entries.insert(ip, (mac, now + ENTRY_LIFETIME));
+        self.last = None;
         self.last_request.remove(&ip);
         let mut ready = Vec::new();
         let mut i = 0;

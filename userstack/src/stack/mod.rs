@@ -124,6 +124,7 @@ struct Slot {
     owner: Owner,
     released: bool,
     dirty: bool,
+    event_queued: bool,
     last_readiness: Readiness,
 }
 
@@ -142,7 +143,11 @@ pub struct Stack {
     pool: BufferPool,
     tx_queue: Vec<Vec<u8>>,
     dirty: Vec<u32>,
-    events: Vec<Event>,
+    /// Connections whose readiness may have changed, each queued at most once, so the
+    /// queue is bounded by the number of connections even if events are never polled.
+    ready: Vec<SocketHandle>,
+    /// Listeners with connections to accept, each at most once.
+    acceptable: Vec<u16>,
     expired: Vec<(u32, u32)>,
     counters: Counters,
     retired: Counters,
@@ -172,7 +177,8 @@ impl Stack {
             pool: BufferPool::new(MAX_FRAME_LEN, 4096),
             tx_queue: Vec::new(),
             dirty: Vec::new(),
-            events: Vec::new(),
+            ready: Vec::new(),
+            acceptable: Vec::new(),
             expired: Vec::new(),
             counters: Counters::default(),
             retired: Counters::default(),
@@ -324,7 +330,27 @@ impl Stack {
 
     /// Moves pending readiness events into `out`.
     pub fn poll_events(&mut self, out: &mut Vec<Event>) {
-        out.append(&mut self.events);
+        for port in self.acceptable.drain(..) {
+            out.push(Event::Acceptable(port));
+        }
+        for handle in core::mem::take(&mut self.ready) {
+            let Some(Some(slot)) = self.slots.get_mut(handle.index as usize) else {
+                continue;
+            };
+            if slot.generation != handle.generation {
+                continue;
+            }
+            slot.event_queued = false;
+            let readiness = Readiness {
+                readable: slot.conn.is_readable(),
+                writable: slot.conn.is_writable(),
+                closed: slot.conn.state() == State::Closed,
+            };
+            if readiness != slot.last_readiness {
+                slot.last_readiness = readiness;
+                out.push(Event::Ready(handle, readiness));
+            }
+        }
     }
 
     /// Live connections in the flow table.
@@ -444,6 +470,7 @@ impl Stack {
             owner,
             released: false,
             dirty: false,
+            event_queued: false,
             last_readiness: Readiness::default(),
         });
         self.flows.insert(tuple, index);
@@ -613,7 +640,9 @@ impl Stack {
                     if state.is_synchronized() && !listener.accept_queue_full() {
                         listener.accept_queue.push_back(handle);
                         slot.owner = Owner::AcceptQueue(port);
-                        self.events.push(Event::Acceptable(port));
+                        if !self.acceptable.contains(&port) {
+                            self.acceptable.push(port);
+                        }
                     } else {
                         if state.is_synchronized() {
                             self.counters.bump(Counter::ListenOverflows);
@@ -641,20 +670,12 @@ impl Stack {
             self.remove(index);
             return;
         }
-        let readiness = Readiness {
-            readable: slot.conn.is_readable(),
-            writable: slot.conn.is_writable(),
-            closed: state == State::Closed,
-        };
-        if readiness != slot.last_readiness {
-            slot.last_readiness = readiness;
-            if slot.owner == Owner::User && !slot.released {
-                let handle = SocketHandle {
-                    index,
-                    generation: slot.generation,
-                };
-                self.events.push(Event::Ready(handle, readiness));
-            }
+        if slot.owner == Owner::User && !slot.released && !slot.event_queued {
+            slot.event_queued = true;
+            self.ready.push(SocketHandle {
+                index,
+                generation: slot.generation,
+            });
         }
     }
 

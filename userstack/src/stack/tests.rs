@@ -203,3 +203,30 @@ fn many_connections_are_found_by_tuple() {
         assert_eq!(a.connection(*h).unwrap().state(), State::Established);
     }
 }
+
+#[test]
+fn readiness_events_are_coalesced_per_connection() {
+    let (mut a, mut b) = pair();
+    b.listen(80, 16).unwrap();
+    let client = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let mut now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let server = b.accept(80).unwrap();
+    let mut buf = [0u8; 64];
+    // Many readable/unreadable toggles without polling events.
+    for _ in 0..200 {
+        a.send(client, b"ping").unwrap();
+        now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+        b.recv(server, &mut buf).unwrap();
+        now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+    }
+    let mut events = Vec::new();
+    b.poll_events(&mut events);
+    let for_server = events
+        .iter()
+        .filter(|e| matches!(e, Event::Ready(h, _) if *h == server))
+        .count();
+    assert!(
+        for_server <= 1,
+        "{for_server} events queued for one connection"
+    );
+}

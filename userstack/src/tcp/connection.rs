@@ -1157,16 +1157,14 @@ impl Connection {
 
     /// The earliest instant at which [`Connection::handle_timeout`] has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        [
-            self.rto_deadline,
-            self.delack_deadline,
-            self.persist_deadline,
-            self.keepalive_deadline,
-            self.time_wait_deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let earliest = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) | (None, x) => x,
+        };
+        let t = earliest(self.rto_deadline, self.delack_deadline);
+        let t = earliest(t, self.persist_deadline);
+        let t = earliest(t, self.keepalive_deadline);
+        earliest(t, self.time_wait_deadline)
     }
 
     /// Runs every timer that expired at or before `now`.

@@ -22,6 +22,8 @@ pub struct Cubic {
     w_est: f64,
     /// K: seconds the cubic function takes to return to W_max.
     k: f64,
+    /// `cwnd` in bytes, kept in step with `cwnd` (read on every transmit decision).
+    cwnd_bytes: u32,
     /// Start of the current congestion-avoidance epoch.
     epoch_start: Option<Instant>,
     prior: Option<(f64, u32, f64)>,
@@ -33,6 +35,7 @@ impl Cubic {
         Cubic {
             mss,
             cwnd: f64::from(initial_window),
+            cwnd_bytes: mss * initial_window,
             ssthresh: u32::MAX,
             w_max: 0.0,
             w_est: 0.0,
@@ -45,6 +48,10 @@ impl Cubic {
     fn w_cubic(&self, t: f64) -> f64 {
         // RFC 9438 equation 1: W_cubic(t) = C*(t-K)^3 + W_max.
         C * (t - self.k).powi(3) + self.w_max
+    }
+
+    fn sync(&mut self) {
+        self.cwnd_bytes = (self.cwnd * f64::from(self.mss)) as u32;
     }
 
     fn reduce(&mut self) {
@@ -63,7 +70,7 @@ impl Cubic {
 
 impl CongestionControl for Cubic {
     fn cwnd(&self) -> u32 {
-        (self.cwnd * f64::from(self.mss)) as u32
+        self.cwnd_bytes
     }
 
     fn ssthresh(&self) -> u32 {
@@ -77,6 +84,7 @@ impl CongestionControl for Cubic {
         let acked_segments = f64::from(acked) / f64::from(self.mss);
         if self.cwnd() < self.ssthresh {
             self.cwnd += acked_segments;
+            self.sync();
             return;
         }
         let epoch_start = match self.epoch_start {
@@ -107,24 +115,29 @@ impl CongestionControl for Cubic {
         let target = self.w_cubic(t + rtt).clamp(self.cwnd, 1.5 * self.cwnd);
         if self.w_cubic(t) < self.w_est {
             self.cwnd = self.cwnd.max(self.w_est);
+            self.sync();
         } else {
             self.cwnd += (target - self.cwnd) / self.cwnd * acked_segments;
+            self.sync();
         }
     }
 
     fn on_congestion_event(&mut self, _now: Instant, _flight_size: u32) {
         self.reduce();
         self.cwnd = f64::from(self.ssthresh) / f64::from(self.mss);
+        self.sync();
     }
 
     fn on_retransmission_timeout(&mut self, _now: Instant, _flight_size: u32) {
         self.reduce();
         self.cwnd = 1.0;
+        self.sync();
     }
 
     fn undo(&mut self) {
         if let Some((cwnd, ssthresh, w_max)) = self.prior.take() {
             self.cwnd = self.cwnd.max(cwnd);
+            self.sync();
             self.ssthresh = ssthresh;
             self.w_max = w_max;
             self.epoch_start = None;
@@ -133,6 +146,7 @@ impl CongestionControl for Cubic {
 
     fn set_cwnd(&mut self, cwnd: u32) {
         self.cwnd = (f64::from(cwnd) / f64::from(self.mss)).max(1.0);
+        self.sync();
     }
 }
 
