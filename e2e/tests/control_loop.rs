@@ -1,0 +1,407 @@
+//! The walking skeleton's control loop against a real API server, real network namespaces and
+//! real sysctls: apply, relabel, delete, bad input, host refusals, a killed agent, conflicts.
+//! Each test starts its own lab; the lab's Drop tears it down even when an assertion fails.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hoststack_e2e::{Lab, LabConfig, Signal};
+
+/// How long the control loop may take to converge in any one step.
+const CONVERGE: Duration = Duration::from_secs(60);
+
+/// The keys the tests tune, with values that differ from a fresh namespace's defaults.
+const DESIRED: [(&str, &str); 3] = [
+    ("net.ipv4.tcp_sack", "0"),
+    ("net.ipv4.tcp_congestion_control", "reno"),
+    ("net.ipv4.tcp_rmem", "4096 65536 1048576"),
+];
+
+fn tuning_yaml(name: &str, pool: &str, priority: i32, sysctls: &[(&str, &str)]) -> String {
+    let mut yaml = format!(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {name}\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: {pool}\n  priority: {priority}\n  sysctls:\n"
+    );
+    for (k, v) in sysctls {
+        yaml.push_str(&format!("    {k}: \"{v}\"\n"));
+    }
+    yaml
+}
+
+fn jsonpath(lab: &Lab, args: &[&str], path: &str) -> String {
+    let expr = format!("jsonpath={path}");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["-o", &expr]);
+    let out = lab.kubectl(&all);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn sysctls(lab: &Lab, node: &str) -> BTreeMap<String, String> {
+    DESIRED
+        .iter()
+        .map(|(k, _)| (k.to_string(), lab.sysctl(node, k)))
+        .collect()
+}
+
+fn desired() -> BTreeMap<String, String> {
+    DESIRED
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn node_state(lab: &Lab, node: &str) -> String {
+    jsonpath(lab, &["get", "nodetuning", node], "{.status.state}")
+}
+
+fn wait_progress(lab: &Lab, tuning: &str, progress: &str) {
+    lab.wait_for(
+        &format!("{tuning} to report {progress} applied and Complete"),
+        CONVERGE,
+        || {
+            let got = jsonpath(
+                lab,
+                &["get", "networktuning", tuning],
+                "{.status.progress} {.status.phase}",
+            );
+            (got == format!("{progress} Complete")).then_some(())
+        },
+    );
+}
+
+fn wait_sysctls(lab: &Lab, node: &str, want: &BTreeMap<String, String>, what: &str) {
+    lab.wait_for(&format!("{node} to have {what} sysctls"), CONVERGE, || {
+        (sysctls(lab, node) == *want).then_some(())
+    });
+}
+
+#[test]
+fn apply_relabel_and_delete_restore_every_host() {
+    let lab = Lab::start(LabConfig::default()).expect("lab starts");
+    let originals: BTreeMap<String, BTreeMap<String, String>> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|n| (n.to_string(), sysctls(&lab, n)))
+        .collect();
+    for (node, values) in &originals {
+        assert_ne!(
+            *values,
+            desired(),
+            "{node} must start different from the tuning"
+        );
+    }
+
+    // a. Two of three nodes change, inside their own namespaces only.
+    lab.apply_yaml(&tuning_yaml("edge", "edge", 0, &DESIRED))
+        .expect("the tuning is accepted");
+    wait_progress(&lab, "edge", "2/2");
+    assert_eq!(sysctls(&lab, "node-a"), desired());
+    assert_eq!(sysctls(&lab, "node-b"), desired());
+    assert_eq!(sysctls(&lab, "node-c"), originals["node-c"]);
+    let table =
+        String::from_utf8_lossy(&lab.kubectl(&["get", "networktunings"]).stdout).into_owned();
+    assert!(table.contains("APPLIED/MATCHED"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("edge "))
+        .expect("a row for edge");
+    assert!(row.contains("Complete") && row.contains(" 2/2 "), "{table}");
+    let nodes = String::from_utf8_lossy(&lab.kubectl(&["get", "nodetunings"]).stdout).into_owned();
+    assert!(
+        nodes
+            .lines()
+            .filter(|l| l.contains("edge") && l.contains("Applied"))
+            .count()
+            == 2,
+        "{nodes}"
+    );
+    let reported_original = jsonpath(
+        &lab,
+        &["get", "nodetuning", "node-a"],
+        "{.status.items[?(@.target==\"net.ipv4.tcp_sack\")].original}",
+    );
+    assert_eq!(reported_original, originals["node-a"]["net.ipv4.tcp_sack"]);
+
+    // b. A node relabelled out of the selector gets its originals back; relabelled in, the
+    // tuning again.
+    lab.label_node("node-b", "pool", Some("core"));
+    wait_sysctls(&lab, "node-b", &originals["node-b"], "its original");
+    lab.wait_for("node-b to report Reverted", CONVERGE, || {
+        (node_state(&lab, "node-b") == "Reverted").then_some(())
+    });
+    wait_progress(&lab, "edge", "1/1");
+    assert_eq!(sysctls(&lab, "node-a"), desired());
+    lab.label_node("node-b", "pool", Some("edge"));
+    wait_sysctls(&lab, "node-b", &desired(), "the tuning's");
+    wait_progress(&lab, "edge", "2/2");
+
+    // c. Deleting the tuning restores every node, then the finalizer lets the object go.
+    let out = lab.kubectl(&["delete", "networktuning", "edge", "--timeout=60s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (node, values) in &originals {
+        assert_eq!(sysctls(&lab, node), *values, "{node} after delete");
+    }
+    let gone = lab.kubectl(&["get", "networktuning", "edge"]);
+    assert!(!gone.status.success(), "the tuning is gone");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn the_api_server_rejects_bad_input_naming_the_field() {
+    let lab = Lab::start(LabConfig::with_nodes(1).control_plane_only()).expect("lab starts");
+    let base =
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: bad\nspec:\n";
+    let long = "1".repeat(10 * 1024);
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            "  nodeSelector: {}\n  sysctls: {kernel.panic: \"1\"}\n".into(),
+            "spec.sysctls",
+            "sysctl key kernel.panic is not allowed",
+        ),
+        (
+            "  nodeSelector: {}\n  sysctls: {\"net.ipv4/tcp_sack\": \"1\"}\n".into(),
+            "spec.sysctls",
+            "net.ipv4/tcp_sack is not allowed",
+        ),
+        (
+            "  nodeSelector: {}\n  sysctls: {\"net.ipv4..tcp_sack\": \"1\"}\n".into(),
+            "spec.sysctls",
+            "net.ipv4..tcp_sack is not allowed",
+        ),
+        (
+            "  nodeSelector: {}\n  sysctls: {net.ipv4.tcp_sack: \"\"}\n".into(),
+            "spec.sysctls.net.ipv4.tcp_sack",
+            "at least 1 chars long",
+        ),
+        (
+            "  nodeSelector: {}\n  sysctls: {net.ipv4.tcp_sack: \"1\\n0\"}\n".into(),
+            "spec.sysctls.net.ipv4.tcp_sack",
+            "should match",
+        ),
+        (
+            format!("  nodeSelector: {{}}\n  sysctls: {{net.ipv4.tcp_sack: \"{long}\"}}\n"),
+            "spec.sysctls.net.ipv4.tcp_sack",
+            "Too long",
+        ),
+        (
+            "  nodeSelector: {matchExpressions: [{key: pool, operator: Near, values: [a]}]}\n"
+                .into(),
+            "spec.nodeSelector.matchExpressions[0].operator",
+            "Unsupported value",
+        ),
+        (
+            "  nodeSelector: {matchExpressions: [{key: pool, operator: In}]}\n".into(),
+            "spec.nodeSelector.matchExpressions[0]",
+            "In and NotIn need at least one value",
+        ),
+        (
+            "  nodeSelector: {matchLabels: {\"bad key!\": x}}\n".into(),
+            "spec.nodeSelector.matchLabels",
+            "must be valid label keys",
+        ),
+        (
+            "  nodeSelector: {}\n  priority: -1\n".into(),
+            "spec.priority",
+            "greater than or equal to 0",
+        ),
+    ];
+    for (spec, field, message) in cases {
+        let err = lab
+            .apply_yaml(&format!("{base}{spec}"))
+            .expect_err(&format!("rejected: {spec}"));
+        assert!(
+            err.contains(field),
+            "{spec}: the error names {field}: {err}"
+        );
+        assert!(
+            err.contains(message),
+            "{spec}: the error says {message}: {err}"
+        );
+    }
+    let listed = jsonpath(&lab, &["get", "networktunings"], "{.items}");
+    assert_eq!(listed, "[]", "nothing was stored");
+    let explain = lab.kubectl(&["explain", "networktuning.spec.sysctls"]);
+    let explain = String::from_utf8_lossy(&explain.stdout);
+    assert!(explain.contains("Kernel parameters to set"), "{explain}");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn the_host_refuses_and_the_node_is_left_as_it_was() {
+    let lab = Lab::start(LabConfig::with_nodes(1)).expect("lab starts");
+    let before = sysctls(&lab, "node-a");
+    let cases = [
+        (
+            "missing",
+            vec![
+                ("net.ipv4.tcp_sack", "0"),
+                ("net.ipv4.tcp_no_such_knob", "1"),
+                ("net.ipv4.tcp_rmem", "4096 65536 1048576"),
+            ],
+            "net.ipv4.tcp_no_such_knob",
+        ),
+        (
+            "refused",
+            vec![
+                ("net.ipv4.tcp_sack", "0"),
+                ("net.ipv4.tcp_congestion_control", "no-such-algorithm"),
+                ("net.ipv4.tcp_rmem", "4096 65536 1048576"),
+            ],
+            "net.ipv4.tcp_congestion_control",
+        ),
+    ];
+    for (name, sysctl_set, bad_key) in cases {
+        lab.apply_yaml(&tuning_yaml(name, "edge", 0, &sysctl_set))
+            .expect("the schema accepts it");
+        lab.wait_for(
+            &format!("{name}: node-a to report Failed"),
+            CONVERGE,
+            || (node_state(&lab, "node-a") == "Failed").then_some(()),
+        );
+        let message = jsonpath(&lab, &["get", "nodetuning", "node-a"], "{.status.message}");
+        assert!(
+            message.contains(bad_key),
+            "{name}: message names the key: {message}"
+        );
+        let phase = jsonpath(&lab, &["get", "networktuning", name], "{.status.phase}");
+        assert_eq!(phase, "Failed");
+        let degraded = jsonpath(
+            &lab,
+            &["get", "networktuning", name],
+            "{.status.conditions[?(@.type==\"Degraded\")].message}",
+        );
+        assert!(
+            degraded.contains("node-a") && degraded.contains(bad_key),
+            "{degraded}"
+        );
+        assert_eq!(
+            sysctls(&lab, "node-a"),
+            before,
+            "{name}: every sysctl as it was"
+        );
+        let out = lab.kubectl(&["delete", "networktuning", name, "--timeout=60s"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn an_agent_killed_mid_transaction_ends_all_or_nothing() {
+    let lab = Lab::start(LabConfig::with_nodes(1)).expect("lab starts");
+    let originals = sysctls(&lab, "node-a");
+    lab.kill_agent("node-a", Signal::Term);
+    lab.start_agent("node-a", &["--step-delay", "2s"]);
+    lab.apply_yaml(&tuning_yaml("slow", "edge", 0, &DESIRED))
+        .expect("accepted");
+    // Kill it after the first write and before the last.
+    lab.wait_for("the first write of the transaction", CONVERGE, || {
+        let now = sysctls(&lab, "node-a");
+        let changed = now.iter().filter(|(k, v)| **v != originals[*k]).count();
+        (changed >= 1 && changed < DESIRED.len()).then_some(())
+    });
+    lab.kill_agent("node-a", Signal::Kill);
+    let mid = sysctls(&lab, "node-a");
+    assert!(
+        mid != originals && mid != desired(),
+        "killed in between: {mid:?}"
+    );
+    let journal = std::fs::read_dir(lab.agent_state_dir("node-a"))
+        .expect("state dir")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect::<String>();
+    for (key, value) in &originals {
+        let first_word = value.split(' ').next().unwrap_or_default();
+        assert!(
+            journal.contains(key) && journal.contains(first_word),
+            "the journal holds the original of {key}: {journal}"
+        );
+    }
+
+    lab.start_agent("node-a", &[]);
+    wait_progress(&lab, "slow", "1/1");
+    assert_eq!(
+        sysctls(&lab, "node-a"),
+        desired(),
+        "fully applied after restart"
+    );
+    // The originals survived the crash: deleting restores them exactly.
+    let out = lab.kubectl(&["delete", "networktuning", "slow", "--timeout=60s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sysctls(&lab, "node-a"), originals, "fully reverted");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn overlapping_tunings_the_higher_priority_governs() {
+    let lab = Lab::start(LabConfig::default()).expect("lab starts");
+    let originals = sysctls(&lab, "node-a");
+    lab.apply_yaml(&tuning_yaml(
+        "low",
+        "edge",
+        1,
+        &[("net.ipv4.tcp_sack", "0")],
+    ))
+    .expect("accepted");
+    wait_progress(&lab, "low", "2/2");
+    lab.apply_yaml(&tuning_yaml(
+        "high",
+        "edge",
+        5,
+        &[("net.ipv4.tcp_congestion_control", "reno")],
+    ))
+    .expect("accepted");
+    wait_progress(&lab, "high", "2/2");
+    for node in ["node-a", "node-b"] {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_congestion_control"), "reno");
+        // low's setting was reverted when high took the node over.
+        assert_eq!(
+            lab.sysctl(node, "net.ipv4.tcp_sack"),
+            originals["net.ipv4.tcp_sack"]
+        );
+    }
+    let conflict = lab.wait_for("low to report Conflict", CONVERGE, || {
+        let c = jsonpath(
+            &lab,
+            &["get", "networktuning", "low"],
+            "{.status.conditions[?(@.type==\"Conflict\")].status} {.status.conditions[?(@.type==\"Conflict\")].message}",
+        );
+        c.starts_with("True").then_some(c)
+    });
+    assert!(
+        conflict.contains("node-a") && conflict.contains("node-b") && conflict.contains("high"),
+        "{conflict}"
+    );
+    let high_conflict = jsonpath(
+        &lab,
+        &["get", "networktuning", "high"],
+        "{.status.conditions[?(@.type==\"Conflict\")].status}",
+    );
+    assert_eq!(high_conflict, "False");
+
+    // Deleting the winner hands the nodes to the other tuning.
+    let out = lab.kubectl(&["delete", "networktuning", "high", "--timeout=60s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_progress(&lab, "low", "2/2");
+    for node in ["node-a", "node-b"] {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), "0");
+        assert_eq!(
+            lab.sysctl(node, "net.ipv4.tcp_congestion_control"),
+            originals["net.ipv4.tcp_congestion_control"]
+        );
+    }
+    lab.stop().expect("the lab stops cleanly");
+}
