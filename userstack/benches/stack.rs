@@ -58,9 +58,14 @@ impl Pair {
         self.b.ingress(self.now, &mut self.ab);
         self.a.ingress(self.now, &mut self.ba);
         // Transmit completion: the buffers a frame used go back to its sender's pool.
-        for _ in 0..to_b.saturating_sub(to_a) {
-            match self.b.buffer_pool().take_spare() {
-                Some(buf) => self.a.buffer_pool().put(buf),
+        let (from, to) = if to_b >= to_a {
+            (&mut self.b, &mut self.a)
+        } else {
+            (&mut self.a, &mut self.b)
+        };
+        for _ in 0..to_b.abs_diff(to_a) {
+            match from.buffer_pool().take_spare() {
+                Some(buf) => to.buffer_pool().put(buf),
                 None => break,
             }
         }

@@ -1,11 +1,12 @@
 //! userstack: hoststack's embedded user-space TCP/IP stack.
 //!
 //! Layers, bottom up: [`wire`] (packet formats), [`tcp`] (one connection's sans-IO state
-//! machine), [`stack`] (a per-core instance with flow table, listeners, ARP and timers) and
-//! [`sim`] (a deterministic discrete-event network to judge it). The caller owns time
-//! ([`time::Instant`]) and I/O.
+//! machine), [`stack`] (a per-core instance with flow table, listeners, ARP and timers),
+//! [`device`] (batched frame I/O) and [`sim`] (a deterministic discrete-event network to
+//! judge it). The caller owns time ([`time::Instant`]) and I/O.
 
 pub mod counters;
+pub mod device;
 pub mod sim;
 pub mod stack;
 pub mod tcp;
