@@ -155,4 +155,34 @@ mod tests {
         assert_eq!(d.get(Counter::InSegs), 2);
         assert_eq!(d.fields().count(), Counter::ALL.len());
     }
+
+    /// Every name must be one the running kernel exports (skipped where /proc is absent).
+    #[test]
+    fn names_exist_in_this_kernels_proc_files() {
+        let mut headers: Vec<(String, Vec<String>)> = Vec::new();
+        for path in ["/proc/net/snmp", "/proc/net/netstat"] {
+            let Ok(text) = std::fs::read_to_string(path) else {
+                return;
+            };
+            for line in text.lines().step_by(2) {
+                let mut words = line.split_whitespace();
+                let proto = words
+                    .next()
+                    .unwrap_or_default()
+                    .trim_end_matches(':')
+                    .to_string();
+                headers.push((proto, words.map(str::to_string).collect()));
+            }
+        }
+        for counter in Counter::ALL {
+            let (proto, field) = counter.name();
+            let known = headers
+                .iter()
+                .any(|(p, fields)| p == proto && fields.iter().any(|f| f == field));
+            assert!(
+                known,
+                "{proto} {field} is not in this kernel's /proc/net/snmp or netstat"
+            );
+        }
+    }
 }

@@ -747,3 +747,65 @@ fn sack_blocks_limit_with_and_without_timestamps() {
         assert_eq!(blocks.as_slice()[0].0, segs[9].repr().seq_number);
     }
 }
+
+#[test]
+fn duplicate_out_of_order_segment_draws_ofo_dsack() {
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(&vec![1u8; 1448 * 3]);
+    let segs = drain(&mut client, ms(10));
+    deliver(&mut server, ms(11), &segs[2..3]);
+    drain(&mut server, ms(11));
+    deliver(&mut server, ms(12), &segs[2..3]);
+    let ack = drain(&mut server, ms(12));
+    let r = ack.last().unwrap().repr();
+    let blocks = r.options.sack_blocks.as_slice();
+    let s2 = segs[2].repr().seq_number;
+    // RFC 2883 section 4: the D-SACK block first, then the SACK block containing it.
+    assert_eq!(blocks[0], (s2, s2 + 1448));
+    assert_eq!(blocks[1], (s2, s2 + 1448));
+    assert!(blocks[0].0 > r.ack_number);
+    assert_eq!(server.counters().get(Counter::TCPDSACKOfoSent), 1);
+    deliver(&mut client, ms(20), &ack);
+    assert_eq!(client.counters().get(Counter::TCPDSACKOfoRecv), 1);
+}
+
+#[test]
+fn window_field_is_scaled_after_the_handshake() {
+    let big = Config {
+        recv_buffer: 1 << 20,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(big, big);
+    client.send(b"x");
+    let seg = drain(&mut client, ms(10));
+    deliver(&mut server, ms(11), &seg);
+    server.handle_timeout(ms(51));
+    let ack = drain(&mut server, ms(51));
+    let shift = big.recv_window_shift();
+    assert_eq!(shift, 5);
+    assert_eq!(
+        u32::from(ack[0].repr().window_len) << shift,
+        (1 << 20) - 1 - 31
+    );
+    deliver(&mut client, ms(52), &ack);
+    assert_eq!(
+        client.snd_wnd(),
+        u32::from(ack[0].repr().window_len) << shift
+    );
+}
+
+#[test]
+fn acks_older_than_the_window_draw_a_challenge() {
+    let (_, mut server) = handshake(config(), config());
+    let old_ack = server.snd_una() - 3_000_000;
+    let seg = raw(
+        server.rcv_nxt(),
+        old_ack,
+        TcpFlags::ACK,
+        b"",
+        TcpOptions::default(),
+    );
+    server.handle_segment(ms(5), &seg);
+    assert_eq!(drain(&mut server, ms(5)).len(), 1);
+    assert_eq!(server.counters().get(Counter::TCPChallengeACK), 1);
+}
