@@ -14,6 +14,8 @@
 //!   [`appliers`] reads and writes host settings, [`facts`] describes the host, and [`report`]
 //!   turns outcomes into a `NodeTuningStatus`.
 
+#![deny(missing_docs)]
+
 use std::path::PathBuf;
 
 pub mod appliers;

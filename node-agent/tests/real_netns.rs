@@ -30,15 +30,20 @@ fn real_sysctls_in_a_fresh_network_namespace() {
         return;
     }
     let exe = std::env::current_exe().expect("test binary");
-    let status = Command::new("unshare")
+    let child = Command::new("unshare")
         .arg("--net")
         .arg("--")
         .arg(exe)
         .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .status()
+        .output()
         .expect("run the test in a new network namespace");
-    assert!(status.success(), "the test inside the namespace failed");
+    assert!(
+        child.status.success(),
+        "the test inside the namespace failed:\n{}\n{}",
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
 }
 
 fn read(host: &Host, key: &str) -> String {
