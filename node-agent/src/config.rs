@@ -12,7 +12,7 @@ pub struct Config {
     /// Name of this node; the agent watches the NodeTuning of that name.
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
-    /// Where procfs is mounted; sysctls live under <proc-root>/sys.
+    /// Where procfs is mounted; sysctls are the files under its sys/ directory.
     #[arg(long, default_value = "/proc")]
     pub proc_root: PathBuf,
     /// Where sysfs is mounted; host facts are read from it.

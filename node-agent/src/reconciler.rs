@@ -288,3 +288,81 @@ fn messages(items: &[ItemResult]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+#[cfg(test)]
+mod tests {
+    use hoststack_crds::{Firewall, InterfaceTuning, NodeTuningSpec, SysctlValue, UserspaceStack};
+
+    use super::*;
+
+    fn config() -> NodeConfig {
+        let mut c = NodeConfig::default();
+        c.sysctls
+            .insert("net.ipv4.tcp_sack".into(), SysctlValue("0".into()));
+        c
+    }
+
+    fn object(spec: NodeTuningSpec) -> NodeTuning {
+        NodeTuning::new("node-a", spec)
+    }
+
+    #[test]
+    fn desired_state_of_a_node_tuning() {
+        assert_eq!(Desired::of(None), Desired::Absent);
+        let withdrawn = object(NodeTuningSpec {
+            mode: Some(Mode::Apply),
+            ..NodeTuningSpec::default()
+        });
+        assert_eq!(Desired::of(Some(&withdrawn)), Desired::Withdrawn);
+        assert_eq!(Desired::Withdrawn.goal(), Goal::revert());
+        // A tuning without a config asks for nothing either.
+        let half = object(NodeTuningSpec {
+            tuning: Some("edge".into()),
+            ..NodeTuningSpec::default()
+        });
+        assert_eq!(Desired::of(Some(&half)), Desired::Withdrawn);
+
+        // Without a revision, the config's own; without a mode, Apply.
+        let nt = object(NodeTuningSpec {
+            tuning: Some("edge".into()),
+            revision: None,
+            config: Some(config()),
+            mode: None,
+        });
+        let desired = Desired::of(Some(&nt));
+        assert_eq!(desired.revision(), Some(config().revision().as_str()));
+        let Desired::Revision { mode, .. } = &desired else {
+            panic!("{desired:?}");
+        };
+        assert_eq!(*mode, Mode::Apply);
+        let goal = desired.goal();
+        assert_eq!(
+            goal.target,
+            Some(Applied {
+                tuning: "edge".into(),
+                revision: config().revision(),
+            })
+        );
+        assert_eq!(
+            goal.desired.get(&Setting::sysctl("net.ipv4.tcp_sack")),
+            Some(&"0".to_string())
+        );
+    }
+
+    #[test]
+    fn every_unimplemented_section_is_an_item() {
+        assert!(unsupported_items(&config()).is_empty());
+        let mut c = config();
+        c.interfaces.push(InterfaceTuning::default());
+        c.firewall = Some(Firewall::default());
+        c.userspace_stack = Some(UserspaceStack::default());
+        let items = unsupported_items(&c);
+        let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
+        assert_eq!(kinds, ["interfaces", "firewall", "userspaceStack"]);
+        assert!(items.iter().all(|i| i.state == ItemState::NotSupported));
+        assert_eq!(
+            items[2].message.as_deref(),
+            Some("userspaceStack: not supported yet by this agent")
+        );
+    }
+}
