@@ -208,16 +208,23 @@ impl Reconciler {
         Ok(Next::Report(outcome))
     }
 
-    /// Runs the transaction to `desired`; a failed revision is remembered and not retried.
+    /// Runs the transaction to `desired`. A revision whose items failed is remembered and not
+    /// retried; an error of the agent itself (journal I/O) is retried on the next reconcile.
     pub fn transact(&mut self, desired: &Desired) -> Outcome {
         let result = self.transactor.execute(&desired.goal(), &mut self.pause());
         let outcome = match result {
-            Ok(outcome) => outcome,
-            Err(e) => self.error_outcome(&e),
+            Ok(outcome) => {
+                if outcome.state == NodeState::Failed && matches!(desired, Desired::Revision { .. })
+                {
+                    self.failed = Some(desired.clone());
+                }
+                outcome
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "transaction aborted");
+                self.error_outcome(&e)
+            }
         };
-        if outcome.state == NodeState::Failed && matches!(desired, Desired::Revision { .. }) {
-            self.failed = Some(desired.clone());
-        }
         self.last = Some((desired.clone(), outcome.clone()));
         outcome
     }
