@@ -28,11 +28,20 @@ struct Pair {
 
 impl Pair {
     fn new(tcp: Config) -> Pair {
+        Pair::with_offload(tcp, false)
+    }
+
+    /// `offload`: both stacks leave TCP checksums to the (here imaginary) NIC.
+    fn with_offload(tcp: Config, offload: bool) -> Pair {
         let mut ca = StackConfig::new(MAC_A, IP_A, 24);
         ca.tcp = tcp;
+        ca.rx_checksum_offload = offload;
+        ca.tx_checksum_offload = offload;
         let mut cb = StackConfig::new(MAC_B, IP_B, 24);
         cb.tcp = tcp;
         cb.secret = 2;
+        cb.rx_checksum_offload = offload;
+        cb.tx_checksum_offload = offload;
         let mut a = Stack::new(ca, Instant::ZERO);
         let mut b = Stack::new(cb, Instant::ZERO);
         a.add_neighbor(IP_B, MAC_B);
@@ -102,36 +111,40 @@ fn bulk(c: &mut Criterion) {
     let data = vec![0x42u8; 256 * 1024];
     let mut sink = vec![0u8; 256 * 1024];
 
-    let mut pair = Pair::new(bulk_config());
-    pair.b.listen(80, 16).unwrap();
-    let (client, server) = pair.connect(80);
-    group.bench_function(BenchmarkId::new("userstack", BYTES), |bench| {
-        bench.iter(|| {
-            let (mut sent, mut got) = (0, 0);
-            while got < BYTES {
-                if sent < BYTES {
-                    sent += pair
-                        .a
-                        .send(client, &data[..data.len().min(BYTES - sent)])
-                        .unwrap();
-                }
-                pair.step();
-                loop {
-                    let n = pair.b.recv(server, &mut sink).unwrap();
-                    if n == 0 {
-                        break;
+    for (name, offload) in [("userstack", false), ("userstack_checksum_offload", true)] {
+        let mut pair = Pair::with_offload(bulk_config(), offload);
+        pair.b.listen(80, 16).unwrap();
+        let (client, server) = pair.connect(80);
+        group.bench_function(BenchmarkId::new(name, BYTES), |bench| {
+            bench.iter(|| {
+                let (mut sent, mut got) = (0, 0);
+                while got < BYTES {
+                    if sent < BYTES {
+                        sent += pair
+                            .a
+                            .send(client, &data[..data.len().min(BYTES - sent)])
+                            .unwrap();
                     }
-                    got += n;
+                    pair.step();
+                    loop {
+                        let n = pair.b.recv(server, &mut sink).unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        got += n;
+                    }
                 }
-            }
-            black_box(got)
-        })
-    });
+                black_box(got)
+            })
+        });
+    }
 
-    let mut smol = smol::Pair::new(4 << 20, 1502, true);
-    group.bench_function(BenchmarkId::new("smoltcp", BYTES), |bench| {
-        bench.iter(|| black_box(smol.bulk(BYTES, &data, &mut sink)))
-    });
+    for (name, offload) in [("smoltcp", false), ("smoltcp_checksum_offload", true)] {
+        let mut smol = smol::Pair::new(4 << 20, 1502, true, offload);
+        group.bench_function(BenchmarkId::new(name, BYTES), |bench| {
+            bench.iter(|| black_box(smol.bulk(BYTES, &data, &mut sink)))
+        });
+    }
     group.finish();
 }
 
@@ -172,7 +185,7 @@ fn request_response(c: &mut Criterion) {
         })
     });
 
-    let mut smol = smol::Pair::new(64 << 10, 1502, false);
+    let mut smol = smol::Pair::new(64 << 10, 1502, false, false);
     group.bench_function("smoltcp", |bench| {
         bench.iter(|| black_box(smol.request_response(TRANSACTIONS, &request)))
     });
@@ -247,7 +260,9 @@ fn simulator(c: &mut Criterion) {
 /// smoltcp in the same harness: two interfaces joined by in-memory queues.
 mod smol {
     use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-    use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
+    use smoltcp::phy::{
+        ChecksumCapabilities, Device, DeviceCapabilities, Medium, RxToken, TxToken,
+    };
     use smoltcp::socket::tcp;
     use smoltcp::time::Instant;
     use smoltcp::wire::{EthernetAddress, IpAddress, IpCidr};
@@ -262,6 +277,7 @@ mod smol {
         rx: Queue,
         tx: Queue,
         mtu: usize,
+        offload: bool,
     }
 
     pub struct Rx(Vec<u8>);
@@ -299,6 +315,9 @@ mod smol {
             let mut caps = DeviceCapabilities::default();
             caps.medium = Medium::Ethernet;
             caps.max_transmission_unit = self.mtu;
+            if self.offload {
+                caps.checksum = ChecksumCapabilities::ignored();
+            }
             caps
         }
     }
@@ -316,8 +335,23 @@ mod smol {
         now: i64,
     }
 
-    fn end(mac: u8, ip: u8, rx: Queue, tx: Queue, mtu: usize, buffer: usize, bulk: bool) -> End {
-        let mut device = MemDevice { rx, tx, mtu };
+    #[allow(clippy::too_many_arguments)]
+    fn end(
+        mac: u8,
+        ip: u8,
+        rx: Queue,
+        tx: Queue,
+        mtu: usize,
+        buffer: usize,
+        bulk: bool,
+        offload: bool,
+    ) -> End {
+        let mut device = MemDevice {
+            rx,
+            tx,
+            mtu,
+            offload,
+        };
         let config = Config::new(EthernetAddress([2, 0, 0, 0, 0, mac]).into());
         let mut iface = Interface::new(config, &mut device, Instant::from_micros(0));
         iface.update_ip_addrs(|addrs| {
@@ -345,11 +379,11 @@ mod smol {
 
     impl Pair {
         /// Connected client (a) and server (b).
-        pub fn new(buffer: usize, mtu: usize, bulk: bool) -> Pair {
+        pub fn new(buffer: usize, mtu: usize, bulk: bool, offload: bool) -> Pair {
             let ab: Queue = Rc::default();
             let ba: Queue = Rc::default();
-            let a = end(1, 1, ba.clone(), ab.clone(), mtu, buffer, bulk);
-            let b = end(2, 2, ab, ba, mtu, buffer, bulk);
+            let a = end(1, 1, ba.clone(), ab.clone(), mtu, buffer, bulk, offload);
+            let b = end(2, 2, ab, ba, mtu, buffer, bulk, offload);
             let mut pair = Pair { a, b, now: 0 };
             pair.b
                 .sockets

@@ -49,6 +49,10 @@ pub struct StackConfig {
     pub somaxconn: usize,
     /// Ephemeral port range (`net.ipv4.ip_local_port_range` = 32768 60999).
     pub ephemeral_ports: (u16, u16),
+    /// The device verified TCP checksums of received frames (NIC rx checksum offload).
+    pub rx_checksum_offload: bool,
+    /// The device completes TCP checksums of transmitted segments (NIC tx checksum offload).
+    pub tx_checksum_offload: bool,
 }
 
 impl StackConfig {
@@ -64,6 +68,8 @@ impl StackConfig {
             syn_backlog: 4096,
             somaxconn: 4096,
             ephemeral_ports: (32768, 60999),
+            rx_checksum_offload: false,
+            tx_checksum_offload: false,
         }
     }
 }
@@ -447,7 +453,8 @@ impl Stack {
         SeqNumber((h as u32).wrapping_add(m))
     }
 
-    fn insert(&mut self, conn: Connection, owner: Owner) -> SocketHandle {
+    fn insert(&mut self, mut conn: Connection, owner: Owner) -> SocketHandle {
+        conn.set_tx_checksum_offload(self.config.tx_checksum_offload);
         let tuple = FourTuple {
             local: conn.local(),
             remote: conn.remote(),
@@ -842,7 +849,12 @@ impl Stack {
             self.counters.bump(Counter::InErrs);
             return;
         };
-        let seg = match TcpRepr::parse(&packet, ip.src_addr, ip.dst_addr) {
+        let parsed = if self.config.rx_checksum_offload {
+            TcpRepr::parse_unchecked(&packet)
+        } else {
+            TcpRepr::parse(&packet, ip.src_addr, ip.dst_addr)
+        };
+        let seg = match parsed {
             Ok(seg) => seg,
             Err(ParseError::BadChecksum) => {
                 self.counters.bump(Counter::InCsumErrors);

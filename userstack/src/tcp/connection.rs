@@ -9,7 +9,7 @@ use super::rtt::RttEstimator;
 use super::scoreboard::{Scoreboard, SentSegment};
 use crate::counters::{Counter, Counters};
 use crate::time::Instant;
-use crate::wire::tcp::{emit_header, fill_checksum};
+use crate::wire::tcp::{emit_header, fill_checksum, fill_partial_checksum};
 use crate::wire::{SackBlocks, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
 use core::time::Duration;
 use std::net::SocketAddrV4;
@@ -187,6 +187,8 @@ pub struct Connection {
 
     counters: Counters,
     stats: ConnectionStats,
+    /// The device completes TCP checksums of data segments (see `set_tx_checksum_offload`).
+    tx_checksum_offload: bool,
 }
 
 impl Connection {
@@ -272,6 +274,7 @@ impl Connection {
             ),
             counters: Counters::default(),
             stats: ConnectionStats::default(),
+            tx_checksum_offload: false,
             config,
         }
     }
@@ -356,6 +359,13 @@ impl Connection {
     }
 
     // ---------------------------------------------------------------- accessors
+
+    /// Leaves the checksum of data and ACK segments to the device: the field holds the
+    /// pseudo-header sum for the NIC to complete (Linux CHECKSUM_PARTIAL). SYNs and RSTs are
+    /// always summed in full.
+    pub fn set_tx_checksum_offload(&mut self, enabled: bool) {
+        self.tx_checksum_offload = enabled;
+    }
 
     /// Current state.
     pub fn state(&self) -> State {
@@ -1648,11 +1658,19 @@ impl Connection {
             .send_buffer
             .peek(offset, &mut buffer[header_len..header_len + len]);
         debug_assert_eq!(copied, len);
-        fill_checksum(
-            &mut buffer[..header_len + len],
-            *self.local.ip(),
-            *self.remote.ip(),
-        );
+        if self.tx_checksum_offload {
+            fill_partial_checksum(
+                &mut buffer[..header_len + len],
+                *self.local.ip(),
+                *self.remote.ip(),
+            );
+        } else {
+            fill_checksum(
+                &mut buffer[..header_len + len],
+                *self.local.ip(),
+                *self.remote.ip(),
+            );
+        }
         self.last_ack_sent = self.rcv_nxt;
         self.ack_now = false;
         self.segments_unacked = 0;

@@ -510,6 +510,19 @@ pub fn emit_header(repr: &TcpRepr<'_>, buffer: &mut [u8]) -> usize {
     header_len
 }
 
+/// Stores only the folded pseudo-header sum in the checksum field, for a device that
+/// completes the checksum over the segment (checksum offload, Linux CHECKSUM_PARTIAL).
+pub fn fill_partial_checksum(segment: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) {
+    let acc = checksum::pseudo_header(src, dst, super::ipv4::protocol::TCP, segment.len() as u16);
+    segment[16..18].copy_from_slice(&checksum::fold(acc).to_be_bytes());
+}
+
+/// Completes a checksum started by [`fill_partial_checksum`], as an offloading NIC does.
+pub fn complete_partial_checksum(segment: &mut [u8]) {
+    let sum = !checksum::fold(checksum::accumulate(0, segment));
+    segment[16..18].copy_from_slice(&sum.to_be_bytes());
+}
+
 /// Computes and stores the checksum of the whole segment in `segment`.
 pub fn fill_checksum(segment: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr) {
     segment[16..18].copy_from_slice(&[0, 0]);
@@ -524,6 +537,22 @@ mod tests {
 
     const SRC: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
     const DST: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+    #[test]
+    fn partial_checksum_completed_by_the_device_verifies() {
+        let repr = TcpRepr {
+            src_port: 1,
+            dst_port: 2,
+            payload: b"offloaded",
+            ..TcpRepr::default()
+        };
+        let mut buf = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut buf, SRC, DST);
+        let full = buf.clone();
+        fill_partial_checksum(&mut buf, SRC, DST);
+        complete_partial_checksum(&mut buf);
+        assert_eq!(buf, full);
+    }
 
     #[test]
     fn sequence_numbers_wrap() {
