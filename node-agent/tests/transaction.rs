@@ -433,6 +433,47 @@ fn a_kill_during_the_undo_of_a_failure_is_finished_on_restart() {
 }
 
 #[test]
+fn an_undo_that_fails_stays_in_the_journal_and_is_retried() {
+    let host = FakeHost::new(BASE);
+    host.link("net.ipv4.tcp_zz_refuses", "/proc/version");
+    let before = host.snapshot();
+    let g = goal(
+        "r1",
+        &[
+            ("net.core.somaxconn", "8192"),
+            ("net.ipv4.tcp_zz_refuses", "1"),
+        ],
+    );
+    // After the first write, somaxconn starts refusing writes too, so its restore fails.
+    let mut writes = 0;
+    let mut break_somaxconn = || {
+        writes += 1;
+        if writes == 1 {
+            fs::remove_file(host.path("net.core.somaxconn")).expect("rm");
+            host.link("net.core.somaxconn", "/proc/version");
+        }
+    };
+    let outcome = host
+        .transactor()
+        .execute(&g, &mut break_somaxconn)
+        .expect("transaction");
+    assert_eq!(outcome.state, NodeState::Failed);
+    let message = outcome.message.expect("message");
+    assert!(
+        message.contains("undoing it failed, will retry"),
+        "{message}"
+    );
+    assert!(host.journal().transaction.is_some());
+
+    // Once the setting is writable again, the next recovery finishes the undo.
+    fs::remove_file(host.path("net.core.somaxconn")).expect("rm");
+    host.put("net.core.somaxconn", "8192");
+    assert!(host.transactor().recover(&mut no_pause()).expect("recover"));
+    assert_eq!(host.snapshot(), before);
+    assert!(host.journal().is_empty());
+}
+
+#[test]
 fn a_preview_changes_nothing() {
     let host = FakeHost::new(BASE);
     let before = host.snapshot();
