@@ -29,6 +29,9 @@ use crate::{Error, Result};
 /// How soon a failed status write is retried.
 const STATUS_RETRY: Duration = Duration::from_secs(2);
 
+/// How long one status write may take before it counts as failed (and SIGTERM waits no longer).
+const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Runs the agent until SIGTERM or SIGINT: recovers an interrupted transaction, then watches the
 /// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
 pub async fn run(config: Config) -> Result<()> {
@@ -184,9 +187,11 @@ impl Agent {
             "status": serde_json::to_value(status)?,
         });
         let params = PatchParams::apply(AGENT_FIELD_MANAGER).force();
-        Ok(self
-            .api
-            .patch_status(name, &params, &Patch::Apply(&patch))
-            .await?)
+        let patch = Patch::Apply(&patch);
+        let write = self.api.patch_status(name, &params, &patch);
+        match tokio::time::timeout(STATUS_TIMEOUT, write).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(Error::Timeout("writing status")),
+        }
     }
 }

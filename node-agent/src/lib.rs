@@ -70,6 +70,9 @@ pub enum Error {
     /// The status could not be serialized.
     #[error("serializing status: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// A call to the API server took too long.
+    #[error("{0}: timed out")]
+    Timeout(&'static str),
     /// A signal handler could not be installed.
     #[error("installing signal handler: {0}")]
     Signal(std::io::Error),
