@@ -5,6 +5,8 @@
 //! [`device`] (batched frame I/O) and [`sim`] (a deterministic discrete-event network to
 //! judge it). The caller owns time ([`time::Instant`]) and I/O.
 
+#![warn(missing_docs)]
+
 pub mod counters;
 pub mod device;
 pub mod sim;
