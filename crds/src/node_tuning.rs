@@ -63,6 +63,37 @@ pub struct NodeTuningSpec {
     /// `Apply` changes the host; `Plan` only reports what would change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
+    /// The node's part in the rollout of its tuning, exported by the agent as the `phase` label
+    /// of `hoststack_node_info` so that PromQL can split any counter by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_phase: Option<RolloutPhase>,
+}
+
+/// A node's part in a rollout.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RolloutPhase {
+    /// Changed first and judged against the baseline.
+    Canary,
+    /// Changed in a wave after the canary.
+    Wave,
+    /// On the tuning's stable revision.
+    Stable,
+    /// Matched but not yet changed: what the canary is compared with.
+    #[default]
+    Baseline,
+}
+
+impl RolloutPhase {
+    /// The label value: canary, wave, stable or baseline.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RolloutPhase::Canary => "canary",
+            RolloutPhase::Wave => "wave",
+            RolloutPhase::Stable => "stable",
+            RolloutPhase::Baseline => "baseline",
+        }
+    }
 }
 
 /// What the agent does with a spec.

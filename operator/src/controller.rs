@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::{future, StreamExt};
 use hoststack_crds::{
     Mode, NetworkTuning, NetworkTuningStatus, NodeState, NodeTuning, NodeTuningSpec, Phase,
-    AGENT_NODE_LABEL, FINALIZER, OPERATOR_FIELD_MANAGER,
+    RolloutPhase, AGENT_NODE_LABEL, FINALIZER, OPERATOR_FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -195,6 +195,8 @@ fn desired_spec(tuning: &NetworkTuning) -> NodeTuningSpec {
         revision: Some(tuning.spec.config.revision()),
         config: Some(tuning.spec.config.clone()),
         mode: Some(Mode::Apply),
+        // Every governed node goes straight to the revision until staged rollouts exist.
+        rollout_phase: Some(RolloutPhase::Stable),
     }
 }
 
@@ -342,9 +344,7 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
     let was = previous.and_then(|s| s.phase);
     let had_conflict = previous.is_some_and(|s| !s.conflicts.is_empty());
     write_status(&ctx.client, tuning, &status).await?;
-    if let Some(phase) = status.phase {
-        ctx.metrics.set_phase(&name, phase);
-    }
+    ctx.metrics.observe_status(&name, &status);
 
     let message_of = |t: &str| {
         status

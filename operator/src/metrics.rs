@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::get;
 use axum::Router;
-use hoststack_crds::Phase;
+use hoststack_crds::{NetworkTuningStatus, Phase};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -29,6 +29,15 @@ pub struct PhaseLabels {
     pub tuning: String,
     /// One of the rollout phases.
     pub phase: PhaseLabel,
+}
+
+/// Labels of the per-tuning node-count gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeCountLabels {
+    /// The tuning's name.
+    pub tuning: String,
+    /// matched, updated, applied or failed.
+    pub state: &'static str,
 }
 
 /// A rollout phase as a label value.
@@ -65,6 +74,9 @@ const ALL_PHASES: [PhaseLabel; 6] = [
     PhaseLabel::Failed,
 ];
 
+/// The node states counted per tuning.
+const NODE_STATES: [&str; 4] = ["matched", "updated", "applied", "failed"];
+
 /// The operator's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -72,6 +84,7 @@ pub struct Metrics {
     reconcile_errors: Family<TuningLabels, Counter>,
     reconcile_duration: Histogram,
     phase: Family<PhaseLabels, Gauge>,
+    nodes: Family<NodeCountLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -102,12 +115,19 @@ impl Default for Metrics {
             "1 for the phase each NetworkTuning is in, 0 for the others",
             phase.clone(),
         );
+        let nodes = Family::<NodeCountLabels, Gauge>::default();
+        registry.register(
+            "tuning_nodes",
+            "Nodes of each NetworkTuning by state: matched, updated, applied, failed",
+            nodes.clone(),
+        );
         Self {
             registry,
             reconciles,
             reconcile_errors,
             reconcile_duration,
             phase,
+            nodes,
         }
     }
 }
@@ -125,8 +145,27 @@ impl Metrics {
         self.reconcile_duration.observe(took.as_secs_f64());
     }
 
+    /// Records a tuning's phase and node counts from its status.
+    pub fn observe_status(&self, tuning: &str, status: &NetworkTuningStatus) {
+        if let Some(phase) = status.phase {
+            self.set_phase(tuning, phase);
+        }
+        for (state, count) in NODE_STATES.iter().zip([
+            status.matched_nodes,
+            status.updated_nodes,
+            status.applied_nodes,
+            status.failed_nodes,
+        ]) {
+            let labels = NodeCountLabels {
+                tuning: tuning.into(),
+                state,
+            };
+            self.nodes.get_or_create(&labels).set(i64::from(count));
+        }
+    }
+
     /// Records the phase `tuning` is in.
-    pub fn set_phase(&self, tuning: &str, phase: Phase) {
+    fn set_phase(&self, tuning: &str, phase: Phase) {
         let now = PhaseLabel::from(phase);
         for p in ALL_PHASES {
             let labels = PhaseLabels {
@@ -192,7 +231,15 @@ mod tests {
         let m = Metrics::default();
         m.reconciled("edge", Duration::from_millis(3), false);
         m.reconciled("edge", Duration::from_millis(5), true);
-        m.set_phase("edge", Phase::Complete);
+        m.observe_status(
+            "edge",
+            &NetworkTuningStatus {
+                phase: Some(Phase::Complete),
+                matched_nodes: 3,
+                applied_nodes: 2,
+                ..Default::default()
+            },
+        );
         let text = m.encode();
         assert!(
             text.contains("hoststack_operator_reconciles_total{tuning=\"edge\"} 2"),
@@ -212,6 +259,10 @@ mod tests {
         );
         assert!(
             text.contains("hoststack_operator_reconcile_duration_seconds_count 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("hoststack_operator_tuning_nodes{tuning=\"edge\",state=\"applied\"} 2"),
             "{text}"
         );
         m.forget("edge");
