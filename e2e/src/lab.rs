@@ -10,6 +10,7 @@ use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,8 @@ pub struct Lab {
     procs: Mutex<Procs>,
     spawner: Option<Spawner>,
     torn_down: bool,
+    /// Set once a failure has printed [`Lab::diagnostics`], so Drop does not print them again.
+    diagnosed: AtomicBool,
     _slot: Slot,
 }
 
@@ -134,6 +137,7 @@ impl Lab {
             procs: Mutex::new(Procs::default()),
             spawner: Some(spawner),
             torn_down: false,
+            diagnosed: AtomicBool::new(false),
             _slot: slot,
         };
         lab.boot()?;
@@ -790,6 +794,7 @@ impl Lab {
                 return value;
             }
             if Instant::now() >= deadline {
+                self.diagnosed.store(true, Ordering::Relaxed);
                 panic!(
                     "timed out after {timeout:?} waiting for {what}\n{}",
                     self.diagnostics()
@@ -811,6 +816,7 @@ impl Lab {
                 return value;
             }
             if Instant::now() >= deadline {
+                self.diagnosed.store(true, Ordering::Relaxed);
                 panic!(
                     "timed out after {timeout:?} waiting for {what}\n{}",
                     self.diagnostics()
@@ -870,7 +876,7 @@ impl Drop for Lab {
         if self.torn_down {
             return;
         }
-        if std::thread::panicking() {
+        if std::thread::panicking() && !self.diagnosed.load(Ordering::Relaxed) {
             eprintln!("{}", self.diagnostics());
         }
         let errors = self.teardown();

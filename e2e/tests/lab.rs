@@ -196,3 +196,110 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
     assert!(!addrs.iter().any(|l| l.contains(&subnet)), "{addrs:?}");
     assert!(!dir.exists(), "{} remains", dir.display());
 }
+
+/// Set in the helper process of `a_killed_labs_leftovers_are_swept_by_the_next_lab`.
+const HELPER_ENV: &str = "HOSTSTACK_E2E_OWNER_HELPER";
+
+/// What the helper prints once its lab runs, followed by the lab index and directory.
+const READY: &str = "HELPER-LAB-READY ";
+
+/// Not a test of its own: the process that owns a lab and gets SIGKILLed. Does nothing unless
+/// started by the test below.
+#[test]
+#[ignore = "helper process of a_killed_labs_leftovers_are_swept_by_the_next_lab"]
+fn helper_owns_a_lab_until_killed() {
+    if std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    let lab = Lab::start(LabConfig::with_nodes(2)).expect("the helper's lab starts");
+    println!("{READY}{} {}", lab.index(), lab.dir().display());
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn a_killed_labs_leftovers_are_swept_by_the_next_lab() {
+    use std::io::BufRead;
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "helper_owns_a_lab_until_killed",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // libtest prints "test <name> ... " before the test's own output, on the same line.
+    let stdout = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let line = stdout
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| Some(l[l.find(READY)? + READY.len()..].to_string()));
+        let _ = tx.send(line);
+    });
+    let Ok(Some(line)) = rx.recv_timeout(std::time::Duration::from_secs(300)) else {
+        let _ = helper.kill();
+        panic!("the helper did not report its lab");
+    };
+    let mut parts = line.split(' ');
+    let k: u8 = parts.next().unwrap().parse().unwrap();
+    let dir = std::path::PathBuf::from(parts.next().unwrap());
+    let environ_marker = format!("HOSTSTACK_LAB_DIR={}", dir.display());
+    let lab_pids = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|pid: &u32| {
+                std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                    env.split(|&b| b == 0)
+                        .any(|e| e == environ_marker.as_bytes())
+                })
+            })
+            .collect()
+    };
+    assert!(
+        lab_pids().len() >= 4,
+        "etcd, apiserver, operator, agents run"
+    );
+
+    // SIGKILL: no teardown runs. The lab's processes die with their owner (PDEATHSIG); the
+    // namespaces, devices and directory stay.
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !lab_pids().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        lab_pids(),
+        Vec::<u32>::new(),
+        "the lab's processes died with it"
+    );
+    let netns_prefix = format!("hs{k}-");
+    assert!(lines_of("ip", &["netns", "list"])
+        .iter()
+        .any(|l| l.starts_with(&netns_prefix)));
+    assert!(dir.exists());
+
+    // The next lab sweeps them.
+    let lab = Lab::start(LabConfig::with_nodes(1).control_plane_only()).expect("next lab");
+    assert!(
+        lab.dir() == dir || !dir.exists(),
+        "{} was not swept",
+        dir.display()
+    );
+    let namespaces = lines_of("ip", &["netns", "list"]);
+    let stale: Vec<&String> = namespaces
+        .iter()
+        .filter(|l| l.starts_with(&netns_prefix) && !l.starts_with(lab.netns("node-a")))
+        .collect();
+    assert!(stale.is_empty(), "{stale:?}");
+    lab.stop().expect("clean teardown");
+}
