@@ -113,6 +113,33 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
     ));
     assert!(!can(Identity::Agent, &["list", "secrets", "-A"]));
 
+    // The whole chart renders to objects the API server accepts (server-side dry run).
+    let cp = std::env::var("HOSTSTACK_CONTROL_PLANE_BIN")
+        .unwrap_or_else(|_| "/var/cache/hoststack/bin".to_string());
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hoststack");
+    let helm_home = lab.dir().join("helm");
+    let rendered = Command::new(format!("{cp}/helm"))
+        .args([
+            "template",
+            "hoststack",
+            chart,
+            "--namespace",
+            "hoststack-system",
+        ])
+        .env("HELM_CACHE_HOME", helm_home.join("cache"))
+        .env("HELM_CONFIG_HOME", helm_home.join("config"))
+        .env("HELM_DATA_HOME", helm_home.join("data"))
+        .output()
+        .unwrap();
+    let rendered = ok(rendered, "helm template");
+    assert!(rendered.contains("kind: Deployment"), "{rendered}");
+    let dry_run = lab.kubectl_as(
+        Identity::Admin,
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&rendered),
+    );
+    ok(dry_run, "kubectl apply --dry-run=server of the chart");
+
     // Each node reaches the API server at the bridge address from inside its namespace.
     let url = lab.api_url().trim_start_matches("https://").to_string();
     let (host, port) = url.split_once(':').unwrap();
