@@ -405,3 +405,37 @@ fn overlapping_tunings_the_higher_priority_governs() {
     }
     lab.stop().expect("the lab stops cleanly");
 }
+
+#[test]
+fn every_example_applies_and_reverts() {
+    let lab = Lab::start(LabConfig::default()).expect("lab starts");
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&examples)
+        .expect("examples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "examples/ holds at least one tuning");
+    for file in files {
+        let yaml = std::fs::read_to_string(&file).expect("readable");
+        let name = yaml
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name: "))
+            .expect("metadata.name")
+            .to_string();
+        lab.apply_yaml(&yaml)
+            .unwrap_or_else(|e| panic!("{} is rejected: {e}", file.display()));
+        lab.wait_for(&format!("{} to complete", file.display()), CONVERGE, || {
+            let got = jsonpath(&lab, &["get", "networktuning", &name], "{.status.phase}");
+            (got == "Complete").then_some(())
+        });
+        let out = lab.kubectl(&["delete", "networktuning", &name, "--timeout=60s"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lab.stop().expect("the lab stops cleanly");
+}
