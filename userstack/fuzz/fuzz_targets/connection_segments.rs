@@ -22,7 +22,11 @@ fn u32_at(d: &[u8], i: usize) -> u32 {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let config = Config { recv_buffer: 32 * 1024, send_buffer: 32 * 1024, ..Config::default() };
+    let config = Config {
+        recv_buffer: 32 * 1024,
+        send_buffer: 32 * 1024,
+        ..Config::default()
+    };
     let mut client = Connection::connect(config, A, B, SeqNumber(1000), 1, Instant::ZERO);
     let mut buf = vec![0u8; 2048];
     let n = client.poll_transmit(Instant::ZERO, &mut buf).unwrap();
@@ -36,16 +40,28 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     while rest.len() >= 24 {
         let (head, tail) = rest.split_at(24);
-        let payload_len = usize::from(*tail.first().unwrap_or(&0)).min(tail.len().saturating_sub(1));
+        let payload_len =
+            usize::from(*tail.first().unwrap_or(&0)).min(tail.len().saturating_sub(1));
         let payload = &tail[1.min(tail.len())..1.min(tail.len()) + payload_len];
         rest = &tail[(1 + payload_len).min(tail.len())..];
         let steer = head[0] & 1 == 1;
-        let seq = if steer { base + (u32_at(head, 1) % 70_000) } else { SeqNumber(u32_at(head, 1)) };
-        let ack = if steer { SeqNumber(5001 + u32_at(head, 5) % 30_000) } else { SeqNumber(u32_at(head, 5)) };
+        let seq = if steer {
+            base + (u32_at(head, 1) % 70_000)
+        } else {
+            SeqNumber(u32_at(head, 1))
+        };
+        let ack = if steer {
+            SeqNumber(5001 + u32_at(head, 5) % 30_000)
+        } else {
+            SeqNumber(u32_at(head, 5))
+        };
         let mut blocks = SackBlocks::default();
         for k in 0..usize::from(head[9] % 4) {
             let l = u32_at(head, 10 + k);
-            blocks.push(SeqNumber(5001 + l % 30_000), SeqNumber(5001 + l % 30_000 + u32::from(head[13 + k])));
+            blocks.push(
+                SeqNumber(5001 + l % 30_000),
+                SeqNumber(5001 + l % 30_000 + u32::from(head[13 + k])),
+            );
         }
         let repr = TcpRepr {
             src_port: A.port(),

@@ -4,7 +4,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::net::Ipv4Addr;
-use userstack::wire::{arp, ethernet, icmp, ipv4, tcp, ArpRepr, IcmpRepr, Ipv4Repr, TcpOptions, TcpRepr};
+use userstack::wire::{
+    arp, ethernet, icmp, ipv4, tcp, ArpRepr, IcmpRepr, Ipv4Repr, TcpOptions, TcpRepr,
+};
 
 const SRC: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const DST: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -28,7 +30,9 @@ fuzz_target!(|data: &[u8]| {
             if repr.options.buffer_len() <= 40 {
                 let mut first = vec![0u8; repr.buffer_len()];
                 repr.emit(&mut first, SRC, DST);
-                let reparsed = TcpRepr::parse(&tcp::Packet::new_checked(&first[..]).unwrap(), SRC, DST).unwrap();
+                let reparsed =
+                    TcpRepr::parse(&tcp::Packet::new_checked(&first[..]).unwrap(), SRC, DST)
+                        .unwrap();
                 assert_eq!(reparsed, repr);
                 let mut second = vec![0u8; reparsed.buffer_len()];
                 reparsed.emit(&mut second, SRC, DST);

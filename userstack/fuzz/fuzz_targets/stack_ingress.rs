@@ -8,7 +8,10 @@ use libfuzzer_sys::fuzz_target;
 use std::net::Ipv4Addr;
 use userstack::stack::{Stack, StackConfig};
 use userstack::time::Instant;
-use userstack::wire::{ethernet, ethertype, ipv4, ArpOperation, ArpRepr, EthernetAddress, EthernetRepr, Ipv4Repr, SackBlocks, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
+use userstack::wire::{
+    ethernet, ethertype, ipv4, ArpOperation, ArpRepr, EthernetAddress, EthernetRepr, Ipv4Repr,
+    SackBlocks, SeqNumber, TcpFlags, TcpOptions, TcpRepr,
+};
 
 const OUR_MAC: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
 const OUR_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
@@ -33,7 +36,11 @@ fn tcp_frame(rec: &[u8], payload: &[u8]) -> Vec<u8> {
     };
     let tcp = TcpRepr {
         src_port: 40000 + u16::from(rec[14] % 8),
-        dst_port: if rec[15] & 1 == 0 { 80 } else { u16::from(rec[15]) },
+        dst_port: if rec[15] & 1 == 0 {
+            80
+        } else {
+            u16::from(rec[15])
+        },
         seq_number: SeqNumber(u32_at(rec, 16)),
         ack_number: SeqNumber(u32_at(rec, 20)),
         flags: TcpFlags(rec[24]),
@@ -53,17 +60,35 @@ fn tcp_frame(rec: &[u8], payload: &[u8]) -> Vec<u8> {
         dont_fragment: true,
     };
     let mut frame = vec![0u8; ethernet::HEADER_LEN + ipv4::HEADER_LEN + tcp.buffer_len()];
-    EthernetRepr { src_addr: PEER_MAC, dst_addr: OUR_MAC, ethertype: ethertype::IPV4 }.emit(&mut frame);
+    EthernetRepr {
+        src_addr: PEER_MAC,
+        dst_addr: OUR_MAC,
+        ethertype: ethertype::IPV4,
+    }
+    .emit(&mut frame);
     ip.emit(&mut frame[ethernet::HEADER_LEN..]);
-    tcp.emit(&mut frame[ethernet::HEADER_LEN + ipv4::HEADER_LEN..], peer, OUR_IP);
+    tcp.emit(
+        &mut frame[ethernet::HEADER_LEN + ipv4::HEADER_LEN..],
+        peer,
+        OUR_IP,
+    );
     frame
 }
 
 fn arp_frame(rec: &[u8]) -> Vec<u8> {
     let mut frame = vec![0u8; ethernet::HEADER_LEN + 28];
-    EthernetRepr { src_addr: PEER_MAC, dst_addr: EthernetAddress::BROADCAST, ethertype: ethertype::ARP }.emit(&mut frame);
+    EthernetRepr {
+        src_addr: PEER_MAC,
+        dst_addr: EthernetAddress::BROADCAST,
+        ethertype: ethertype::ARP,
+    }
+    .emit(&mut frame);
     ArpRepr {
-        operation: if rec[1] & 1 == 0 { ArpOperation::Request } else { ArpOperation::Reply },
+        operation: if rec[1] & 1 == 0 {
+            ArpOperation::Request
+        } else {
+            ArpOperation::Reply
+        },
         sender_hardware_addr: PEER_MAC,
         sender_protocol_addr: Ipv4Addr::new(198, 18, 0, 1 + rec[2] % 4),
         target_hardware_addr: OUR_MAC,

@@ -69,6 +69,9 @@ pub struct Config {
     pub dupthresh: u32,
     /// Undo the congestion response when D-SACKs prove every retransmission spurious.
     pub undo_on_dsack: bool,
+    /// Tail loss probes (RFC 8985 section 7; Linux `tcp_early_retrans` = 3 enables them):
+    /// a lost tail is repaired after about two RTTs instead of a full RTO. SACK only.
+    pub tail_loss_probe: bool,
     /// Largest number of out-of-order ranges held in the receive buffer.
     pub max_ooo_ranges: usize,
 }
@@ -102,6 +105,7 @@ impl Default for Config {
             initial_window: 10,
             dupthresh: 3,
             undo_on_dsack: true,
+            tail_loss_probe: true,
             max_ooo_ranges: 1024,
         }
     }

@@ -167,6 +167,15 @@ pub struct Connection {
 
     rtt: RttEstimator,
     rto_deadline: Option<Instant>,
+    /// Probe timeout of RFC 8985 section 7.2.
+    tlp_deadline: Option<Instant>,
+    /// The PTO fired: the next transmit opportunity sends a probe.
+    tlp_due: bool,
+    /// A probe is outstanding until SND.UNA passes this (RFC 8985 TLP.end_seq).
+    tlp_end: Option<SeqNumber>,
+    /// The range a probe retransmitted, so a D-SACK for it is not taken as proof that an
+    /// earlier recovery episode was spurious.
+    tlp_retransmitted: Option<(SeqNumber, SeqNumber)>,
     timeouts: u32,
     persist_deadline: Option<Instant>,
     persist_backoff: u32,
@@ -253,6 +262,10 @@ impl Connection {
             syn_retransmitted: false,
             rtt,
             rto_deadline: None,
+            tlp_deadline: None,
+            tlp_due: false,
+            tlp_end: None,
+            tlp_retransmitted: None,
             timeouts: 0,
             persist_deadline: None,
             persist_backoff: 0,
@@ -898,6 +911,12 @@ impl Connection {
         }
 
         if ack > self.snd_una {
+            // An ACK of new data restarts the probe timer (RFC 8985 section 7.2) and ends a
+            // probe episode once it covers the probe.
+            self.tlp_deadline = None;
+            if self.tlp_end.is_some_and(|end| ack >= end) {
+                self.tlp_end = None;
+            }
             let acked = ack.distance_from(self.snd_una);
             let data_acked = (acked as usize).min(self.send_buffer.len());
             self.send_buffer.consume(data_acked);
@@ -992,6 +1011,8 @@ impl Connection {
 
     fn enter_recovery(&mut self, now: Instant, counter: Counter) {
         self.counters.bump(counter);
+        self.tlp_deadline = None;
+        self.tlp_due = false;
         self.recovery = Some(Recovery {
             recover: self.snd_nxt,
             after_timeout: false,
@@ -1027,7 +1048,15 @@ impl Connection {
                     .max(1);
                 self.counters
                     .add(Counter::TCPDSACKRecvSegs, u64::from(segments));
-                self.on_dsack(segments);
+                let for_probe = self
+                    .tlp_retransmitted
+                    .is_some_and(|(l, r)| l <= left && right <= r);
+                if for_probe {
+                    // The probe was unnecessary (RFC 8985 7.4.1); nothing to undo.
+                    self.tlp_retransmitted = None;
+                } else {
+                    self.on_dsack(segments);
+                }
             }
         }
         let mut newly = 0;
@@ -1173,6 +1202,7 @@ impl Connection {
         };
         let t = earliest(self.rto_deadline, self.delack_deadline);
         let t = earliest(t, self.persist_deadline);
+        let t = earliest(t, self.tlp_deadline);
         let t = earliest(t, self.keepalive_deadline);
         earliest(t, self.time_wait_deadline)
     }
@@ -1188,7 +1218,17 @@ impl Connection {
             self.counters.bump(Counter::DelayedACKs);
             self.ack_now = true;
         }
+        if self.tlp_deadline.is_some_and(|d| d <= now) {
+            // The probe goes out instead of an RTO due at the same time; the RTO is re-armed
+            // behind it (RFC 8985 section 7.3).
+            self.tlp_deadline = None;
+            if self.recovery.is_none() && self.snd_nxt > self.snd_una {
+                self.tlp_due = true;
+                self.rto_deadline = Some(now + self.rtt.rto());
+            }
+        }
         if self.rto_deadline.is_some_and(|d| d <= now) {
+            self.tlp_deadline = None;
             self.on_retransmission_timeout(now);
         }
         if self.persist_deadline.is_some_and(|d| d <= now) {
@@ -1271,6 +1311,7 @@ impl Connection {
         if outstanding && self.rto_deadline.is_none() {
             self.rto_deadline = Some(now + self.rtt.rto());
         }
+        self.arm_tail_loss_probe(now);
         // Persist timer (RFC 9293 3.8.6.1): data waits but the window is closed.
         let unsent = self.unsent_len();
         let window_closed = self.snd_wnd == 0;
@@ -1305,6 +1346,91 @@ impl Connection {
         } else {
             self.keepalive_deadline = None;
         }
+    }
+
+    /// Arms the probe timeout when a tail could be lost silently (RFC 8985 section 7.2):
+    /// SACK in use, data outstanding, no recovery and no probe outstanding. PTO = 2·SRTT, plus
+    /// the worst-case delayed ACK when one segment is in flight; never later than the RTO.
+    fn arm_tail_loss_probe(&mut self, now: Instant) {
+        let eligible = self.config.tail_loss_probe
+            && self.sack_ok
+            && matches!(
+                self.state,
+                State::Established
+                    | State::CloseWait
+                    | State::FinWait1
+                    | State::Closing
+                    | State::LastAck
+            )
+            && self.snd_nxt > self.snd_una
+            && self.recovery.is_none()
+            && self.tlp_end.is_none()
+            && !self.tlp_due;
+        let Some(srtt) = self.rtt.srtt().filter(|_| eligible) else {
+            self.tlp_deadline = None;
+            return;
+        };
+        if self.tlp_deadline.is_some() {
+            return;
+        }
+        let mut pto = srtt * 2;
+        if self.flight_size() <= self.send_mss {
+            pto += Duration::from_millis(200);
+        }
+        // Never later than the RTO it stands in for (RFC 8985 section 7.2).
+        let deadline = now + pto.max(Duration::from_millis(10));
+        self.tlp_deadline = Some(self.rto_deadline.map_or(deadline, |rto| deadline.min(rto)));
+    }
+
+    /// Sends the tail loss probe: one new segment if the window allows, else the last
+    /// segment again (RFC 8985 section 7.3).
+    fn send_tail_loss_probe(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
+        self.tlp_due = false;
+        let unsent = self.unsent_len();
+        let usable = (self.snd_una + self.snd_wnd).distance_from(self.snd_nxt) as usize;
+        let mss = (self.send_mss as usize).min(buffer.len() - self.header_len_estimate());
+        if unsent > 0 && usable > 0 {
+            let len = unsent.min(mss).min(usable);
+            let seq = self.snd_nxt;
+            let offset = seq.distance_from(self.snd_una) as usize;
+            let n = self.emit_segment(now, buffer, seq, TcpFlags::ACK | TcpFlags::PSH, offset, len);
+            self.scoreboard.push(SentSegment {
+                start: seq,
+                end: seq + len as u32,
+                fin: false,
+                sent_at: now,
+                retransmitted: false,
+                sacked: false,
+                lost: false,
+                retransmit_in_flight: false,
+            });
+            self.snd_nxt = seq + len as u32;
+            self.counters.bump(Counter::TCPOrigDataSent);
+            self.counters.bump(Counter::TCPLossProbes);
+            self.stats.data_segments_sent += 1;
+            self.tlp_end = Some(self.snd_nxt);
+            return Some(n);
+        }
+        // The highest segment the peer has not SACKed.
+        let index = (0..self.scoreboard.len())
+            .rev()
+            .find(|&i| self.scoreboard.get(i).is_some_and(|s| !s.sacked))?;
+        let segment = *self.scoreboard.get(index)?;
+        self.counters.bump(Counter::TCPLossProbes);
+        let len = segment.len() - u32::from(segment.fin);
+        let offset = segment.start.distance_from(self.snd_una) as usize;
+        let mut flags = TcpFlags::ACK;
+        if segment.fin {
+            flags |= TcpFlags::FIN;
+        }
+        let n = self.emit_segment(now, buffer, segment.start, flags, offset, len as usize);
+        self.scoreboard.mark_retransmitted(index, now);
+        self.counters.bump(Counter::RetransSegs);
+        self.stats.retransmissions += 1;
+        self.stats.data_segments_sent += u64::from(len > 0);
+        self.tlp_end = Some(self.snd_nxt);
+        self.tlp_retransmitted = Some((segment.start, segment.end));
+        Some(n)
     }
 
     fn unsent_len(&self) -> usize {
@@ -1447,6 +1573,11 @@ impl Connection {
                 | State::LastAck
         ) {
             return None;
+        }
+        if self.tlp_due {
+            if let Some(n) = self.send_tail_loss_probe(now, buffer) {
+                return Some(n);
+            }
         }
         let cwnd = self.cc.cwnd();
         let pipe = self.pipe();

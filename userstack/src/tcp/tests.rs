@@ -809,3 +809,50 @@ fn acks_older_than_the_window_draw_a_challenge() {
     assert_eq!(drain(&mut server, ms(5)).len(), 1);
     assert_eq!(server.counters().get(Counter::TCPChallengeACK), 1);
 }
+
+#[test]
+fn tail_loss_probe_repairs_a_lost_tail_before_the_rto() {
+    let nodelay = Config {
+        nagle: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(nodelay, nodelay);
+    // Warm up the RTT estimate with one exchange at 10 ms RTT.
+    client.send(b"warm");
+    let warm = drain(&mut client, ms(10));
+    deliver(&mut server, ms(15), &warm);
+    server.handle_timeout(ms(55));
+    let ack = drain(&mut server, ms(55));
+    deliver(&mut client, ms(60), &ack);
+    // Three segments; the last is lost.
+    client.send(&vec![7u8; 1448 * 3]);
+    let segs = drain(&mut client, ms(100));
+    assert_eq!(segs.len(), 3);
+    deliver(&mut server, ms(105), &segs[..2]);
+    let acks = drain(&mut server, ms(105));
+    deliver(&mut client, ms(110), &acks);
+    let pto = client.poll_timeout().expect("a timer is armed");
+    // One segment in flight: PTO = 2·SRTT + 200 ms, capped at the RTO it replaces.
+    assert!(
+        pto <= ms(110) + client.rto(),
+        "the probe is due no later than the RTO"
+    );
+    client.handle_timeout(pto);
+    let probe = drain(&mut client, pto);
+    assert_eq!(probe.len(), 1);
+    assert_eq!(probe[0].repr().seq_number, segs[2].repr().seq_number);
+    assert_eq!(client.counters().get(Counter::TCPLossProbes), 1);
+    deliver(&mut server, pto, &probe);
+    assert_eq!(server.recv_queue(), 4 + 1448 * 3);
+    let later = pto + Duration::from_millis(40);
+    server.handle_timeout(later);
+    let ack = drain(&mut server, later);
+    deliver(&mut client, later, &ack);
+    assert_eq!(client.snd_una(), client.snd_nxt());
+    assert_eq!(client.counters().get(Counter::TCPTimeouts), 0);
+    assert_eq!(
+        client.ssthresh(),
+        u32::MAX,
+        "no congestion response for a probe"
+    );
+}
