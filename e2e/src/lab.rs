@@ -165,11 +165,13 @@ impl Lab {
         let pki = pki::generate(&self.dir.join("pki"), &[bridge])?;
         phase(self, "pki");
 
-        // etcd on loopback: only the API server talks to it.
-        let loopback = Ipv4Addr::LOCALHOST;
+        // etcd on loopback, where only the API server reaches it (a node namespace has a
+        // loopback of its own), on an address of this lab's own (127.18.k.1): labs starting at
+        // the same time never race for a port, and the API server never finds another lab's etcd.
+        let loopback = network::loopback_ip(self.index);
         let (client, peer) = (free_port(loopback)?, free_port(loopback)?);
-        let client_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
+        let client_url = format!("http://{loopback}:{client}");
+        let peer_url = format!("http://{loopback}:{peer}");
         let etcd_args = strings(&[
             "--name=lab",
             &format!("--data-dir={}", self.dir.join("etcd").display()),

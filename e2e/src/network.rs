@@ -29,6 +29,11 @@ pub(crate) fn bridge_ip(k: u8) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, k, 1)
 }
 
+/// The lab's own loopback address, 127.18.k.1 (all of 127.0.0.0/8 is loopback on Linux).
+pub(crate) fn loopback_ip(k: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 18, k, 1)
+}
+
 pub(crate) fn node_ip(k: u8, i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, k, 10 + u8::try_from(i).expect("at most 240 nodes"))
 }
