@@ -27,6 +27,9 @@ pub struct Config {
     /// Pause after each host write (e.g. 200ms); tests use it to interrupt a transaction.
     #[arg(long, default_value = "0ms", value_parser = parse_duration)]
     pub step_delay: Duration,
+    /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
+    #[arg(long, default_value = "0.0.0.0:9478")]
+    pub metrics_bind_address: std::net::SocketAddr,
 }
 
 /// Parses a duration written as number-unit pairs, e.g. `30s`, `1m30s`, `250ms`, `0ms`

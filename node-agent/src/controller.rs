@@ -6,6 +6,7 @@
 //! current thread (`block_in_place`): a transaction is never abandoned half-way by a signal; the
 //! loop exits cleanly on SIGTERM or SIGINT between reconciles.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -20,6 +21,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::appliers::Host;
 use crate::config::Config;
+use crate::exporter::{Exporter, NodeInfoLabels};
 use crate::journal::JournalStore;
 use crate::reconciler::{Desired, Next, Reconciler};
 use crate::report::{self, StatusInput};
@@ -40,6 +42,12 @@ pub async fn run(config: Config) -> Result<()> {
         JournalStore::new(&config.state_dir),
     );
     let reconciler = Reconciler::new(transactor, config.step_delay);
+    let metrics = Arc::new(Exporter::new(&config.proc_root));
+    let addr = config.metrics_bind_address;
+    let bound = crate::exporter::serve(addr, metrics.clone())
+        .await
+        .map_err(|source| Error::Metrics { addr, source })?;
+    tracing::info!(address = %bound, "serving /metrics");
     // Recovery needs no API server: put the host back in one piece first.
     match block_in_place(|| reconciler.recover()) {
         Ok(true) => tracing::info!("undid an interrupted transaction from the journal"),
@@ -56,6 +64,7 @@ pub async fn run(config: Config) -> Result<()> {
         reconciler,
         object: None,
         status_failed: false,
+        metrics,
     };
 
     let selector = format!("metadata.name={}", config.node_name);
@@ -119,21 +128,34 @@ struct Agent {
     object: Option<NodeTuning>,
     /// The last status write failed; retry soon.
     status_failed: bool,
+    /// The /metrics registry: node info and the agent's work.
+    metrics: Arc<Exporter>,
 }
 
 impl Agent {
     /// One reconcile of the current object: decide, maybe transact, report.
     async fn reconcile(&mut self) {
         let desired = Desired::of(self.object.as_ref());
+        self.metrics
+            .node_info
+            .set(NodeInfoLabels::of(self.object.as_ref()));
         let next = block_in_place(|| self.reconciler.next(&desired));
         let outcome = match next {
             Ok(Next::Report(outcome)) => outcome,
             Ok(Next::Transaction { applying }) => {
+                // The host was on this very revision and needs writes again: drift.
+                let drift = applying.as_ref().is_some_and(|a| {
+                    a.applied.as_ref().map(|a| a.revision.as_str()) == desired.revision()
+                });
                 if let Some(applying) = applying {
                     self.report(&desired, &applying).await;
                 }
                 tracing::info!(revision = ?desired.revision(), "transaction starts");
+                let started = std::time::Instant::now();
                 let outcome = block_in_place(|| self.reconciler.transact(&desired));
+                self.metrics
+                    .work
+                    .transaction(outcome.state, started.elapsed(), drift);
                 tracing::info!(
                     state = %outcome.state,
                     message = outcome.message.as_deref().unwrap_or(""),
@@ -146,6 +168,7 @@ impl Agent {
                 self.reconciler.error_outcome(&e)
             }
         };
+        self.metrics.work.applied(outcome.applied.as_ref());
         self.report(&desired, &outcome).await;
     }
 

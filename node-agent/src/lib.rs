@@ -12,7 +12,7 @@
 //!   re-report, and remembers failed revisions; [`controller`] connects it to the API server.
 //! - [`journal`] is the crash-safe record of originals and in-flight transactions,
 //!   [`appliers`] reads and writes host settings, [`facts`] describes the host, and [`report`]
-//!   turns outcomes into a `NodeTuningStatus`.
+//!   turns outcomes into a `NodeTuningStatus`; [`exporter`] serves `/metrics`.
 
 #![deny(missing_docs)]
 
@@ -21,6 +21,7 @@ use std::path::PathBuf;
 pub mod appliers;
 pub mod config;
 pub mod controller;
+pub mod exporter;
 pub mod facts;
 pub mod journal;
 pub mod reconciler;
@@ -73,6 +74,14 @@ pub enum Error {
     /// A call to the API server took too long.
     #[error("{0}: timed out")]
     Timeout(&'static str),
+    /// The /metrics endpoint could not be served.
+    #[error("metrics endpoint {addr}: {source}")]
+    Metrics {
+        /// The address it should listen on.
+        addr: std::net::SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
     /// A signal handler could not be installed.
     #[error("installing signal handler: {0}")]
     Signal(std::io::Error),

@@ -335,6 +335,7 @@ mod tests {
             revision: None,
             config: Some(config()),
             mode: None,
+            rollout_phase: None,
         });
         let desired = Desired::of(Some(&nt));
         assert_eq!(desired.revision(), Some(config().revision().as_str()));

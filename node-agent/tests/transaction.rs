@@ -528,6 +528,7 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], mode: Mode) -> NodeTuni
             revision: Some(revision.into()),
             config: Some(config),
             mode: Some(mode),
+            rollout_phase: None,
         },
     )
 }

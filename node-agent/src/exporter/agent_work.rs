@@ -1,0 +1,119 @@
+//! The agent's own work: transactions by result, drift, transaction durations, and the
+//! revision the host is on.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hoststack_crds::NodeState;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::journal::Applied;
+
+/// The label of `hoststack_agent_transactions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    /// applied, failed or reverted.
+    result: &'static str,
+}
+
+/// The labels of `hoststack_agent_applied_revision`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppliedLabels {
+    tuning: String,
+    revision: String,
+}
+
+/// Results a transaction can end in.
+const RESULTS: [&str; 3] = ["applied", "failed", "reverted"];
+
+/// Metrics of the agent's transactions.
+#[derive(Debug)]
+pub struct AgentWork {
+    transactions: Family<ResultLabels, Counter>,
+    drift: Counter,
+    duration: Histogram,
+    applied: Family<AppliedLabels, Gauge>,
+    current: Mutex<Option<AppliedLabels>>,
+}
+
+impl AgentWork {
+    /// Registers the families in `registry`, every result at 0.
+    pub fn register(registry: &mut Registry) -> Self {
+        let transactions = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "agent_transactions",
+            "Transactions the agent ran, by result: applied (a revision), failed (nothing changed), reverted (spec withdrawn)",
+            transactions.clone(),
+        );
+        for result in RESULTS {
+            drop(transactions.get_or_create(&ResultLabels { result }));
+        }
+        let drift = Counter::default();
+        registry.register(
+            "agent_drift",
+            "Transactions started because a setting of the applied revision had drifted on the host",
+            drift.clone(),
+        );
+        let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register_with_unit(
+            "agent_transaction_duration",
+            "Time one transaction took, from journal write to commit or rollback",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        let applied = Family::<AppliedLabels, Gauge>::default();
+        registry.register(
+            "agent_applied_revision",
+            "1 for the revision the host is on (from the journal); absent when nothing is applied",
+            applied.clone(),
+        );
+        AgentWork {
+            transactions,
+            drift,
+            duration,
+            applied,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Counts one transaction that ended in `state` after `took`; `drift` when it re-applied
+    /// the revision the host was already on.
+    pub fn transaction(&self, state: NodeState, took: Duration, drift: bool) {
+        let result = match state {
+            NodeState::Applied => "applied",
+            NodeState::Reverted => "reverted",
+            NodeState::Failed => "failed",
+            _ => return,
+        };
+        self.transactions
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+        if drift {
+            self.drift.inc();
+        }
+    }
+
+    /// Records the revision the host is on.
+    pub fn applied(&self, applied: Option<&Applied>) {
+        let labels = applied.map(|a| AppliedLabels {
+            tuning: a.tuning.clone(),
+            revision: a.revision.clone(),
+        });
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if *current == labels {
+            return;
+        }
+        if let Some(new) = &labels {
+            self.applied.get_or_create(new).set(1);
+        }
+        if let Some(old) = std::mem::replace(&mut *current, labels) {
+            self.applied.remove(&old);
+        }
+    }
+}
