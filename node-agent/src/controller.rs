@@ -38,10 +38,10 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
 /// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
 pub async fn run(config: Config) -> Result<()> {
     let transactor = Transactor::new(
-        Host::new(&config.proc_root),
+        Host::new(&config.proc_root, &config.sys_root),
         JournalStore::new(&config.state_dir),
     );
-    let reconciler = Reconciler::new(transactor, config.step_delay);
+    let mut reconciler = Reconciler::new(transactor, config.step_delay);
     let metrics = Arc::new(Exporter::new(&config.proc_root));
     let addr = config.metrics_bind_address;
     let bound = crate::exporter::serve(addr, metrics.clone())
@@ -56,7 +56,14 @@ pub async fn run(config: Config) -> Result<()> {
         Err(e) => tracing::error!(error = %e, "recovery failed; retrying on every reconcile"),
     }
 
-    let client = Client::try_default().await?;
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let url = &kube_config.cluster_url;
+    let api_server = resolve(url.host().unwrap_or(""), url.port_u16().unwrap_or(443)).await;
+    tracing::info!(?api_server, "the route to this address is never bound away");
+    reconciler.set_api_server(api_server);
+    let client = Client::try_from(kube_config)?;
     let api: Api<NodeTuning> = Api::all(client);
     let mut agent = Agent {
         api: api.clone(),
@@ -217,4 +224,14 @@ impl Agent {
             Err(_) => Err(Error::Timeout("writing status")),
         }
     }
+}
+
+/// The address of the API server's host name (the first one it resolves to).
+async fn resolve(host: &str, port: u16) -> Option<std::net::IpAddr> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse() {
+        return Some(ip);
+    }
+    let mut addrs = tokio::net::lookup_host((host, port)).await.ok()?;
+    addrs.next().map(|a| a.ip())
 }

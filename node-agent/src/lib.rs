@@ -21,6 +21,7 @@ use std::path::PathBuf;
 pub mod appliers;
 pub mod config;
 pub mod controller;
+pub mod expand;
 pub mod exporter;
 pub mod facts;
 pub mod journal;

@@ -6,9 +6,12 @@
 
 use std::time::Duration;
 
+use std::net::IpAddr;
+
 use hoststack_crds::{ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning};
 
-use crate::appliers::Setting;
+use crate::appliers::{dpdk, irq, Kind};
+use crate::expand::{expand, refused_item, Discovery};
 use crate::journal::Applied;
 use crate::transaction::{Goal, Outcome, Transactor};
 use crate::Result;
@@ -60,51 +63,28 @@ impl Desired {
         }
     }
 
-    /// The transaction's goal: the revision's sysctls, or a revert.
-    pub fn goal(&self) -> Goal {
+    /// The revision to apply; `None` reverts.
+    pub fn target(&self) -> Option<Applied> {
         match self {
             Desired::Revision {
-                tuning,
-                revision,
-                config,
-                ..
-            } => Goal {
-                target: Some(Applied {
-                    tuning: tuning.clone(),
-                    revision: revision.clone(),
-                }),
-                desired: config
-                    .sysctls
-                    .iter()
-                    .map(|(k, v)| (Setting::sysctl(k.clone()), v.0.clone()))
-                    .collect(),
-            },
-            Desired::Absent | Desired::Withdrawn => Goal::revert(),
+                tuning, revision, ..
+            } => Some(Applied {
+                tuning: tuning.clone(),
+                revision: revision.clone(),
+            }),
+            Desired::Absent | Desired::Withdrawn => None,
         }
     }
 }
 
-/// Items for the sections of a config this agent does not implement yet, one per section.
-pub fn unsupported_items(config: &NodeConfig) -> Vec<ItemResult> {
-    let present = [
-        ("interfaces", !config.interfaces.is_empty()),
-        ("hugepages", !config.hugepages.is_empty()),
-        ("firewall", config.firewall.is_some()),
-        ("userspaceStack", config.userspace_stack.is_some()),
-    ];
-    present
-        .into_iter()
-        .filter(|(_, present)| *present)
-        .map(|(section, _)| ItemResult {
-            kind: section.to_string(),
-            target: section.to_string(),
-            original: None,
-            desired: None,
-            actual: None,
-            state: ItemState::NotSupported,
-            message: Some(format!("{section}: not supported yet by this agent")),
-        })
-        .collect()
+/// A goal and what stands in its way: items of refused requests and of parts this agent does not
+/// implement. Any such item fails the revision before any write.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Expanded {
+    /// The transaction's goal.
+    pub goal: Goal,
+    /// Refused requests (state Failed) and unimplemented parts (state NotSupported).
+    pub blockers: Vec<ItemResult>,
 }
 
 /// What to do next for a desired state.
@@ -128,6 +108,8 @@ pub struct Reconciler {
     last: Option<(Desired, Outcome)>,
     /// A revision whose transaction failed; not retried while it stays desired.
     failed: Option<Desired>,
+    /// The API server's address, whose route DPDK binding must not cut.
+    api_server: Option<IpAddr>,
 }
 
 impl Reconciler {
@@ -138,6 +120,70 @@ impl Reconciler {
             step_delay,
             last: None,
             failed: None,
+            api_server: None,
+        }
+    }
+
+    /// Sets the API server's address (from the client configuration): the interface that routes
+    /// to it is never bound away.
+    pub fn set_api_server(&mut self, address: Option<IpAddr>) {
+        self.api_server = address;
+    }
+
+    /// Reads the host and expands `desired` into a goal and its blockers.
+    pub fn expand(&self, desired: &Desired) -> Result<Expanded> {
+        let Desired::Revision { config, mode, .. } = desired else {
+            return Ok(Expanded {
+                goal: Goal::revert(),
+                blockers: Vec::new(),
+            });
+        };
+        let journal = self.transactor.journal()?;
+        let discovery = Discovery::read(self.transactor.host(), self.api_server, &journal);
+        let expansion = expand(config, &discovery);
+        let state = if *mode == Mode::Plan {
+            ItemState::WouldFail
+        } else {
+            ItemState::Failed
+        };
+        let mut blockers: Vec<ItemResult> = expansion
+            .refused
+            .iter()
+            .map(|r| refused_item(r, state))
+            .collect();
+        blockers.extend(expansion.unsupported);
+        Ok(Expanded {
+            goal: Goal {
+                target: desired.target(),
+                desired: expansion.desired,
+            },
+            blockers,
+        })
+    }
+
+    /// Adds notes to the items of an outcome: a warning on IRQ items while irqbalance runs, the
+    /// IOMMU group and /dev/vfio node of bound devices.
+    pub fn annotate(&self, outcome: &mut Outcome) {
+        let roots = self.transactor.host().roots();
+        let irqbalance = outcome
+            .items
+            .iter()
+            .any(|i| i.kind == Kind::IrqAffinity.as_str())
+            && irq::irqbalance_running(&roots.proc_root);
+        for item in &mut outcome.items {
+            if item.message.is_some() {
+                continue;
+            }
+            if irqbalance && item.kind == Kind::IrqAffinity.as_str() {
+                item.message = Some(
+                    "warning: irqbalance is running and may move this IRQ again; stop it or ban                      the IRQ (IRQBALANCE_BANNED_CPUS/--banirq)"
+                        .into(),
+                );
+            } else if item.kind == Kind::PciDriver.as_str()
+                && matches!(item.state, ItemState::Applied | ItemState::Unchanged)
+            {
+                item.message = dpdk::note(roots, &item.target);
+            }
         }
     }
 
@@ -152,31 +198,30 @@ impl Reconciler {
         if self.failed.as_ref().is_some_and(|f| f != desired) {
             self.failed = None;
         }
-        let goal = desired.goal();
         let mut pause = self.pause();
+        self.transactor.recover(&mut pause)?;
         if self.failed.is_some() {
-            self.transactor.recover(&mut pause)?;
             if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == desired) {
                 return Ok(Next::Report(outcome.clone()));
             }
         }
+        let Expanded { goal, blockers } = self.expand(desired)?;
         let prepared = self.transactor.prepare(&goal, &mut pause)?;
-        let outcome = match desired {
-            Desired::Revision { config, mode, .. } => {
-                let unsupported = unsupported_items(config);
+        let mut outcome = match desired {
+            Desired::Revision { mode, .. } => {
                 if *mode == Mode::Plan {
                     let mut outcome = prepared.preview(&goal);
-                    if !unsupported.is_empty() {
-                        let reasons = messages(&unsupported);
+                    if !blockers.is_empty() {
+                        let reasons = messages(&blockers);
                         outcome.message = Some(match outcome.message {
                             Some(m) => format!("{m}; {reasons}"),
                             None => format!("would fail: {reasons}"),
                         });
-                        outcome.items.extend(unsupported);
+                        outcome.items.extend(blockers);
                     }
                     outcome
-                } else if !unsupported.is_empty() {
-                    not_supported(prepared.preview(&goal), unsupported)
+                } else if !blockers.is_empty() {
+                    not_supported(prepared.preview(&goal), blockers)
                 } else if prepared.is_settled(&goal) {
                     self.reuse(desired, NodeState::Applied)
                         .unwrap_or_else(|| prepared.settled(&goal))
@@ -204,6 +249,7 @@ impl Reconciler {
                     .unwrap_or_else(|| prepared.settled(&goal))
             }
         };
+        self.annotate(&mut outcome);
         self.last = Some((desired.clone(), outcome.clone()));
         Ok(Next::Report(outcome))
     }
@@ -211,8 +257,18 @@ impl Reconciler {
     /// Runs the transaction to `desired`. A revision whose items failed is remembered and not
     /// retried; an error of the agent itself (journal I/O) is retried on the next reconcile.
     pub fn transact(&mut self, desired: &Desired) -> Outcome {
-        let result = self.transactor.execute(&desired.goal(), &mut self.pause());
-        let outcome = match result {
+        let mut pause = self.pause();
+        let result = self
+            .expand(desired)
+            .and_then(|Expanded { goal, blockers }| {
+                if blockers.is_empty() {
+                    self.transactor.execute(&goal, &mut pause)
+                } else {
+                    let prepared = self.transactor.prepare(&goal, &mut pause)?;
+                    Ok(not_supported(prepared.preview(&goal), blockers))
+                }
+            });
+        let mut outcome = match result {
             Ok(outcome) => {
                 if outcome.state == NodeState::Failed && matches!(desired, Desired::Revision { .. })
                 {
@@ -225,6 +281,7 @@ impl Reconciler {
                 self.error_outcome(&e)
             }
         };
+        self.annotate(&mut outcome);
         self.last = Some((desired.clone(), outcome.clone()));
         outcome
     }
@@ -259,16 +316,18 @@ impl Reconciler {
     }
 }
 
-/// The Failed outcome of a revision with sections this agent does not implement: nothing is
-/// changed; sysctl items stay Pending (or Failed when they could not be applied either).
-fn not_supported(preview: Outcome, unsupported: Vec<ItemResult>) -> Outcome {
+/// The Failed outcome of a revision with blockers (refused requests, parts this agent does not
+/// implement): nothing is changed; the other items stay Pending (or Failed when they could not
+/// be applied either).
+fn not_supported(preview: Outcome, blockers: Vec<ItemResult>) -> Outcome {
     let mut items = preview.items;
     let mut reasons: Vec<String> = Vec::new();
     for item in &mut items {
         if item.state == ItemState::WouldFail {
             item.state = ItemState::Failed;
             reasons.push(format!(
-                "sysctl {}: {}",
+                "{} {}: {}",
+                item.kind,
                 item.target,
                 item.message.clone().unwrap_or_default()
             ));
@@ -277,8 +336,8 @@ fn not_supported(preview: Outcome, unsupported: Vec<ItemResult>) -> Outcome {
             item.message = None;
         }
     }
-    reasons.push(messages(&unsupported));
-    items.extend(unsupported);
+    reasons.push(messages(&blockers));
+    items.extend(blockers);
     Outcome {
         state: NodeState::Failed,
         items,
@@ -298,7 +357,7 @@ fn messages(items: &[ItemResult]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use hoststack_crds::{Firewall, InterfaceTuning, NodeTuningSpec, SysctlValue, UserspaceStack};
+    use hoststack_crds::{Firewall, NodeTuningSpec, SysctlValue, UserspaceStack};
 
     use super::*;
 
@@ -321,7 +380,7 @@ mod tests {
             ..NodeTuningSpec::default()
         });
         assert_eq!(Desired::of(Some(&withdrawn)), Desired::Withdrawn);
-        assert_eq!(Desired::Withdrawn.goal(), Goal::revert());
+        assert_eq!(Desired::Withdrawn.target(), None);
         // A tuning without a config asks for nothing either.
         let half = object(NodeTuningSpec {
             tuning: Some("edge".into()),
@@ -335,7 +394,7 @@ mod tests {
             revision: None,
             config: Some(config()),
             mode: None,
-            rollout_phase: None,
+            ..NodeTuningSpec::default()
         });
         let desired = Desired::of(Some(&nt));
         assert_eq!(desired.revision(), Some(config().revision().as_str()));
@@ -343,33 +402,60 @@ mod tests {
             panic!("{desired:?}");
         };
         assert_eq!(*mode, Mode::Apply);
-        let goal = desired.goal();
         assert_eq!(
-            goal.target,
+            desired.target(),
             Some(Applied {
                 tuning: "edge".into(),
                 revision: config().revision(),
             })
         );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = Reconciler::new(
+            Transactor::new(
+                crate::appliers::Host::new(dir.path(), dir.path()),
+                crate::journal::JournalStore::new(dir.path()),
+            ),
+            Duration::ZERO,
+        );
+        let expanded = r.expand(&desired).expect("expand");
+        assert!(expanded.blockers.is_empty());
         assert_eq!(
-            goal.desired.get(&Setting::sysctl("net.ipv4.tcp_sack")),
+            expanded
+                .goal
+                .desired
+                .get(&crate::appliers::Setting::sysctl("net.ipv4.tcp_sack")),
             Some(&"0".to_string())
+        );
+        assert_eq!(
+            r.expand(&Desired::Withdrawn).expect("expand").goal,
+            Goal::revert()
         );
     }
 
     #[test]
-    fn every_unimplemented_section_is_an_item() {
-        assert!(unsupported_items(&config()).is_empty());
+    fn every_unimplemented_part_is_an_item() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = Reconciler::new(
+            Transactor::new(
+                crate::appliers::Host::new(dir.path(), dir.path()),
+                crate::journal::JournalStore::new(dir.path()),
+            ),
+            Duration::ZERO,
+        );
         let mut c = config();
-        c.interfaces.push(InterfaceTuning::default());
         c.firewall = Some(Firewall::default());
         c.userspace_stack = Some(UserspaceStack::default());
-        let items = unsupported_items(&c);
+        let nt = object(NodeTuningSpec {
+            tuning: Some("edge".into()),
+            config: Some(c),
+            ..NodeTuningSpec::default()
+        });
+        let items = r.expand(&Desired::of(Some(&nt))).expect("expand").blockers;
         let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
-        assert_eq!(kinds, ["interfaces", "firewall", "userspaceStack"]);
+        assert_eq!(kinds, ["firewall", "userspaceStack"]);
         assert!(items.iter().all(|i| i.state == ItemState::NotSupported));
         assert_eq!(
-            items[2].message.as_deref(),
+            items[1].message.as_deref(),
             Some("userspaceStack: not supported yet by this agent")
         );
     }

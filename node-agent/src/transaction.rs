@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hoststack_crds::{ItemResult, ItemState, NodeState};
 
-use crate::appliers::{same_value, Host, Reading, Setting};
+use crate::appliers::{Host, Reading, Setting};
 use crate::journal::{Applied, Entry, InFlight, Journal, JournalStore};
 use crate::{Error, Result};
 
@@ -92,7 +92,8 @@ pub fn settings_to_read(desired: &Desired, originals: &[Entry]) -> BTreeSet<Sett
 ///
 /// - A desired setting that does not exist or cannot be read is a failure.
 /// - A desired setting not managed yet gets its current value recorded as its original.
-/// - A desired setting whose value differs (whitespace runs collapsed) is set.
+/// - A desired setting whose value differs (as its kind compares values: whitespace runs
+///   collapsed, CPU sets, numbers) is set.
 /// - A managed setting no longer desired is restored to its original when it differs from it in
 ///   any byte (a restore puts back exactly what was read), and released; one that no longer
 ///   exists on the host is released without a write.
@@ -127,7 +128,7 @@ pub fn plan(desired: &Desired, originals: &[Entry], readings: &Readings) -> Plan
                 if !managed {
                     plan.added.push(Entry::new(setting, current.clone()));
                 }
-                if !same_value(&current, value) {
+                if !setting.kind.same_value(&current, value) {
                     plan.steps.push(Step {
                         setting: setting.clone(),
                         before: current,
@@ -233,6 +234,11 @@ impl Transactor {
     /// A transactor over `host`, journaling in `store`.
     pub fn new(host: Host, store: JournalStore) -> Self {
         Transactor { host, store }
+    }
+
+    /// The host it works on.
+    pub fn host(&self) -> &Host {
+        &self.host
     }
 
     /// The journal as it is on disk.
@@ -411,8 +417,8 @@ impl Transactor {
     /// Reads a setting back after writing `value`; the value read when it matches.
     fn verify(&self, setting: &Setting, value: &str) -> Result<String, String> {
         match self.host.read(setting) {
-            Reading::Value(v) if same_value(&v, value) => Ok(v),
-            Reading::Value(v) => Err(format!("wrote {value:?} but read back {v:?}")),
+            Reading::Value(v) if setting.kind.same_value(&v, value) => Ok(v),
+            Reading::Value(v) => Err(setting.kind.mismatch(value, &v)),
             Reading::Missing(reason) | Reading::Unreadable(reason) => Err(reason),
         }
     }
@@ -544,7 +550,7 @@ fn settle(item: &mut Item, read_back: Option<&str>) {
         ItemState::Reverted
     } else {
         match (&r.original, &r.desired) {
-            (Some(o), Some(d)) if same_value(o, d) => ItemState::Unchanged,
+            (Some(o), Some(d)) if item.setting.kind.same_value(o, d) => ItemState::Unchanged,
             _ => ItemState::Applied,
         }
     };

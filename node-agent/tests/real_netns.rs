@@ -73,7 +73,7 @@ fn in_fresh_namespace() {
         "net.ipv4.tcp_rmem",
         "net.core.somaxconn",
     ];
-    let host = Host::new(std::path::Path::new("/proc"));
+    let host = Host::new(std::path::Path::new("/proc"), std::path::Path::new("/sys"));
     let originals: Vec<String> = keys.iter().map(|k| read(&host, k)).collect();
     let state = tempfile::tempdir().expect("tempdir");
     let tx = Transactor::new(host.clone(), JournalStore::new(state.path()));

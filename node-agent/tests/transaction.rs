@@ -15,8 +15,7 @@ use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
 use hoststack_agent::reconciler::{Desired, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
-    HugepageReservation, ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec,
-    SysctlValue,
+    Firewall, ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue,
 };
 use proptest::prelude::*;
 
@@ -92,7 +91,10 @@ impl FakeHost {
     }
 
     fn transactor(&self) -> Transactor {
-        Transactor::new(Host::new(self.proc_dir.path()), self.store())
+        Transactor::new(
+            Host::new(self.proc_dir.path(), self.proc_dir.path()),
+            self.store(),
+        )
     }
 }
 
@@ -528,7 +530,7 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], mode: Mode) -> NodeTuni
             revision: Some(revision.into()),
             config: Some(config),
             mode: Some(mode),
-            rollout_phase: None,
+            ..NodeTuningSpec::default()
         },
     )
 }
@@ -625,17 +627,17 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
     let mut nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
     if let Some(config) = nt.spec.config.as_mut() {
-        config.hugepages.push(HugepageReservation::default());
+        config.firewall = Some(Firewall::default());
     }
     let (ran, outcome) = reconcile(&mut r, &Desired::of(Some(&nt)));
     assert!(!ran);
     assert_eq!(outcome.state, NodeState::Failed);
-    let hp = item(&outcome, "hugepages");
-    assert_eq!(hp.kind, "hugepages");
+    let hp = item(&outcome, "firewall");
+    assert_eq!(hp.kind, "firewall");
     assert_eq!(hp.state, ItemState::NotSupported);
     assert_eq!(
         hp.message.as_deref(),
-        Some("hugepages: not supported yet by this agent")
+        Some("firewall: not supported yet by this agent")
     );
     assert_eq!(
         item(&outcome, "net.ipv4.tcp_sack").state,
@@ -643,7 +645,7 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     );
     assert_eq!(
         outcome.message.as_deref(),
-        Some("hugepages: not supported yet by this agent")
+        Some("firewall: not supported yet by this agent")
     );
     assert_eq!(host.snapshot(), before);
 
@@ -659,7 +661,7 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     );
     assert_eq!(
         planned.message.as_deref(),
-        Some("would fail: hugepages: not supported yet by this agent")
+        Some("would fail: firewall: not supported yet by this agent")
     );
     assert_eq!(host.snapshot(), before);
 }

@@ -1,30 +1,109 @@
 //! Appliers: one module per kind of host setting. Each reads and writes the current value of one
 //! setting; the transaction decides what to write and in which order.
 //!
-//! Only sysctls exist so far. Later kinds (hugepages, NIC, IRQ affinity, ...) add a [`Kind`]
-//! variant and a module, and [`Host`] dispatches to them.
+//! Every setting is a [`Setting`] (a [`Kind`] and a target within it) whose value is a string,
+//! so the journal, the plan and the undo treat all kinds alike. The kinds are declared in the
+//! agent's apply order (hugepages, sysctls, IRQ affinity, RPS/XPS, DPDK binding): the plan sets
+//! settings in [`Setting`] order, and a revert restores them in reverse.
+//!
+//! Reads go straight to the files under the configured roots; every change goes through a
+//! [`Kernel`], so that tests can put a fake kernel (one that behaves like sysfs: rounds,
+//! refuses, rebinds) behind a fake tree.
 
 use std::fmt;
-use std::io;
-use std::path::Path;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub mod dpdk;
+pub mod hugepages;
+pub mod hugetlbfs;
+pub mod irq;
+pub mod matching;
+pub mod rps;
 pub mod sysctl;
 
-/// The kinds of host setting the agent manages; the journal records each value with its kind.
+/// The kinds of host setting the agent manages, in apply order; the journal records each value
+/// with its kind.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
+    /// A hugepage count: `2Mi` (system-wide) or `node0/2Mi` (one NUMA node).
+    #[serde(rename = "hugepages")]
+    Hugepages,
+    /// A hugetlbfs mount, named by its mount point.
+    #[serde(rename = "hugetlbfs")]
+    Hugetlbfs,
     /// A kernel parameter under `<proc-root>/sys`, named by its dotted key.
     #[serde(rename = "sysctl")]
     Sysctl,
+    /// The CPUs of one IRQ (`<proc-root>/irq/N/smp_affinity_list`), named by its number.
+    #[serde(rename = "irqAffinity")]
+    IrqAffinity,
+    /// The RPS CPU mask of one rx queue, named `IF/rx-N`.
+    #[serde(rename = "rpsCpus")]
+    RpsCpus,
+    /// The RFS flow count of one rx queue, named `IF/rx-N`.
+    #[serde(rename = "rpsFlowCnt")]
+    RpsFlowCnt,
+    /// The XPS CPU mask of one tx queue, named `IF/tx-N`.
+    #[serde(rename = "xpsCpus")]
+    XpsCpus,
+    /// The driver a PCI device is bound to, named `ADDR/IF/NETDRIVER`.
+    #[serde(rename = "pciDriver")]
+    PciDriver,
 }
 
 impl Kind {
     /// The name used in status items (`ItemResult.kind`) and in the journal.
     pub fn as_str(self) -> &'static str {
         match self {
+            Kind::Hugepages => "hugepages",
+            Kind::Hugetlbfs => "hugetlbfs",
             Kind::Sysctl => "sysctl",
+            Kind::IrqAffinity => "irqAffinity",
+            Kind::RpsCpus => "rpsCpus",
+            Kind::RpsFlowCnt => "rpsFlowCnt",
+            Kind::XpsCpus => "xpsCpus",
+            Kind::PciDriver => "pciDriver",
+        }
+    }
+
+    /// Whether two values of this kind are the same setting: sysctls compare with whitespace
+    /// runs collapsed, CPU lists and masks as sets of CPUs, counts as numbers, the rest exactly
+    /// (up to surrounding whitespace).
+    pub fn same_value(self, a: &str, b: &str) -> bool {
+        match self {
+            Kind::Sysctl => same_value(a, b),
+            Kind::IrqAffinity => match (irq::parse_list(a), irq::parse_list(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => same_value(a, b),
+            },
+            Kind::RpsCpus | Kind::XpsCpus => match (rps::mask_cpus(a), rps::mask_cpus(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => same_value(a, b),
+            },
+            Kind::Hugepages | Kind::RpsFlowCnt => {
+                match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
+                    (Ok(x), Ok(y)) => x == y,
+                    _ => same_value(a, b),
+                }
+            }
+            Kind::Hugetlbfs | Kind::PciDriver => same_value(a, b),
+        }
+    }
+
+    /// Why a write of `wrote` that read back as `read` did not take.
+    pub fn mismatch(self, wrote: &str, read: &str) -> String {
+        match self {
+            Kind::Hugepages => format!(
+                "asked {}, got {}: the kernel could not allocate that many pages",
+                wrote.trim(),
+                read.trim()
+            ),
+            _ => format!("wrote {wrote:?} but read back {read:?}"),
         }
     }
 }
@@ -39,12 +118,17 @@ pub struct Setting {
 }
 
 impl Setting {
+    /// A setting of `kind` named `target`.
+    pub fn new(kind: Kind, target: impl Into<String>) -> Self {
+        Setting {
+            kind,
+            target: target.into(),
+        }
+    }
+
     /// A sysctl by its dotted key.
     pub fn sysctl(key: impl Into<String>) -> Self {
-        Setting {
-            kind: Kind::Sysctl,
-            target: key.into(),
-        }
+        Setting::new(Kind::Sysctl, key)
     }
 }
 
@@ -65,32 +149,151 @@ pub enum Reading {
     Unreadable(String),
 }
 
+/// The calls that change the host. The real one writes files and calls mount(2)/umount(2);
+/// tests put a fake kernel behind a fake tree.
+pub trait Kernel: fmt::Debug + Send + Sync {
+    /// Writes `bytes` to the existing file `path` in one write (never creates it).
+    fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Mounts a hugetlbfs with the given `pagesize` option (e.g. `2M`) on the directory `dir`.
+    fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()>;
+    /// Unmounts the file system mounted on `dir`.
+    fn unmount(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The running kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealKernel;
+
+impl Kernel for RealKernel {
+    fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        write_existing(path, bytes)
+    }
+
+    fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()> {
+        let target = c_path(dir)?;
+        let options = std::ffi::CString::new(format!("pagesize={pagesize}"))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+        let rc = unsafe {
+            libc::mount(
+                c"hugetlbfs".as_ptr(),
+                target.as_ptr(),
+                c"hugetlbfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    fn unmount(&self, dir: &Path) -> io::Result<()> {
+        let target = c_path(dir)?;
+        // SAFETY: `target` is a NUL-terminated string that outlives the call.
+        let rc = unsafe { libc::umount2(target.as_ptr(), 0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// A path as a C string.
+fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Writes `bytes` to an existing file in one write, as `echo V > F` does.
+pub fn write_existing(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).truncate(true).open(path)?;
+    file.write_all(bytes)
+}
+
+/// Where the host is: procfs, sysfs, and the root under which mount points and /dev lie.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Roots {
+    /// procfs (`/proc`).
+    pub proc_root: PathBuf,
+    /// sysfs (`/sys`).
+    pub sys_root: PathBuf,
+    /// The file system root for hugetlbfs mount points and `/dev/vfio` (`/`).
+    pub fs_root: PathBuf,
+}
+
+impl Roots {
+    /// procfs and sysfs at these roots, mount points under `/`.
+    pub fn new(proc_root: &Path, sys_root: &Path) -> Self {
+        Roots {
+            proc_root: proc_root.to_path_buf(),
+            sys_root: sys_root.to_path_buf(),
+            fs_root: PathBuf::from("/"),
+        }
+    }
+
+    /// An absolute host path (e.g. a spec's mountPath) under `fs_root`.
+    pub fn host_path(&self, absolute: &str) -> PathBuf {
+        self.fs_root.join(absolute.trim_start_matches('/'))
+    }
+}
+
 /// The host as the appliers see it: every setting reachable under the configured roots.
 #[derive(Clone, Debug)]
 pub struct Host {
-    sysctls: sysctl::Sysctls,
+    roots: Roots,
+    kernel: Arc<dyn Kernel>,
 }
 
 impl Host {
-    /// The host whose procfs is mounted at `proc_root`.
-    pub fn new(proc_root: &Path) -> Self {
-        Host {
-            sysctls: sysctl::Sysctls::new(proc_root),
-        }
+    /// The running host, with procfs at `proc_root` and sysfs at `sys_root`.
+    pub fn new(proc_root: &Path, sys_root: &Path) -> Self {
+        Host::with_kernel(Roots::new(proc_root, sys_root), Arc::new(RealKernel))
+    }
+
+    /// A host at `roots` whose changes go through `kernel`.
+    pub fn with_kernel(roots: Roots, kernel: Arc<dyn Kernel>) -> Self {
+        Host { roots, kernel }
+    }
+
+    /// Where the host is.
+    pub fn roots(&self) -> &Roots {
+        &self.roots
     }
 
     /// Reads one setting.
     pub fn read(&self, setting: &Setting) -> Reading {
+        let t = &setting.target;
+        let r = &self.roots;
         match setting.kind {
-            Kind::Sysctl => self.sysctls.read(&setting.target),
+            Kind::Sysctl => sysctl::Sysctls::new(&r.proc_root).read(t),
+            Kind::Hugepages => hugepages::read(r, t),
+            Kind::Hugetlbfs => hugetlbfs::read(r, t),
+            Kind::IrqAffinity => irq::read(r, t),
+            Kind::RpsCpus | Kind::RpsFlowCnt | Kind::XpsCpus => rps::read(r, setting.kind, t),
+            Kind::PciDriver => dpdk::read(r, t),
         }
     }
 
     /// Writes one setting. The error is what the kernel said (e.g. EINVAL when it refuses the
     /// value).
     pub fn write(&self, setting: &Setting, value: &str) -> io::Result<()> {
+        let t = &setting.target;
+        let r = &self.roots;
+        let k = self.kernel.as_ref();
         match setting.kind {
-            Kind::Sysctl => self.sysctls.write(&setting.target, value),
+            Kind::Sysctl => sysctl::Sysctls::new(&r.proc_root).write_with(k, t, value),
+            Kind::Hugepages => hugepages::write(r, k, t, value),
+            Kind::Hugetlbfs => hugetlbfs::write(r, k, t, value),
+            Kind::IrqAffinity => irq::write(r, k, t, value),
+            Kind::RpsCpus | Kind::RpsFlowCnt | Kind::XpsCpus => {
+                rps::write(r, k, setting.kind, t, value)
+            }
+            Kind::PciDriver => dpdk::write(r, k, t, value),
         }
     }
 }
@@ -99,6 +302,61 @@ impl Host {
 /// ends trimmed (the kernel prints `tcp_rmem` with tabs; users write spaces).
 pub fn same_value(a: &str, b: &str) -> bool {
     a.split_whitespace().eq(b.split_whitespace())
+}
+
+/// Longest value read from a procfs or sysfs file; the kernel prints at most a page.
+const MAX_VALUE_BYTES: u64 = 64 * 1024;
+
+/// Reads a one-value kernel file without its trailing newline: `Missing` (with `what` and the
+/// path) when it does not exist.
+pub(crate) fn read_value(path: &Path, what: &str) -> Reading {
+    let mut bytes = Vec::new();
+    let read = File::open(path).and_then(|f| f.take(MAX_VALUE_BYTES).read_to_end(&mut bytes));
+    match read {
+        Ok(_) => {
+            if bytes.last() == Some(&b'\n') {
+                bytes.pop();
+            }
+            Reading::Value(String::from_utf8_lossy(&bytes).into_owned())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Reading::Missing(format!("{what} ({})", path.display()))
+        }
+        Err(e) => Reading::Unreadable(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+/// Whether `name` is a plain file name: no `/`, not `.` or `..`, no whitespace or control
+/// characters, so that joining it to a directory stays inside it.
+pub(crate) fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c != '/' && !c.is_whitespace() && !c.is_control())
+}
+
+/// The names in a directory, sorted; none when it cannot be read.
+pub(crate) fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The last component of a symlink's target.
+pub(crate) fn link_name(link: &Path) -> Option<String> {
+    let target = fs::read_link(link).ok()?;
+    Some(target.file_name()?.to_str()?.to_string())
+}
+
+/// An error for a malformed setting name or value.
+pub(crate) fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
 }
 
 #[cfg(test)]
@@ -114,4 +372,105 @@ mod tests {
         assert!(!same_value("4096 131072", "4096131072"));
         assert!(!same_value("a b", "ab"));
     }
+
+    #[test]
+    fn values_compare_by_kind() {
+        let table: &[(Kind, &str, &str, bool)] = &[
+            (Kind::IrqAffinity, "0-1", "0,1", true),
+            (Kind::IrqAffinity, "0-3", "0,1", false),
+            (Kind::RpsCpus, "00000000,00000003", "3", true),
+            (Kind::XpsCpus, "0", "00", true),
+            (Kind::XpsCpus, "1", "2", false),
+            (Kind::Hugepages, "0010", "10", true),
+            (Kind::RpsFlowCnt, "128", "64", false),
+            (Kind::PciDriver, "driver=vfio-pci", "driver=vfio-pci ", true),
+            (Kind::Sysctl, "1\t2", "1 2", true),
+        ];
+        for (kind, a, b, same) in table {
+            assert_eq!(kind.same_value(a, b), *same, "{kind:?} {a:?} {b:?}");
+        }
+        assert_eq!(
+            Kind::Hugepages.mismatch("512", "100"),
+            "asked 512, got 100: the kernel could not allocate that many pages"
+        );
+    }
+
+    #[test]
+    fn kinds_sort_in_apply_order() {
+        let mut kinds = vec![
+            Kind::PciDriver,
+            Kind::XpsCpus,
+            Kind::Sysctl,
+            Kind::IrqAffinity,
+            Kind::Hugetlbfs,
+            Kind::RpsCpus,
+            Kind::Hugepages,
+        ];
+        kinds.sort();
+        assert_eq!(
+            kinds,
+            [
+                Kind::Hugepages,
+                Kind::Hugetlbfs,
+                Kind::Sysctl,
+                Kind::IrqAffinity,
+                Kind::RpsCpus,
+                Kind::XpsCpus,
+                Kind::PciDriver,
+            ]
+        );
+    }
+
+    #[test]
+    fn plain_names() {
+        for ok in ["eth0", "rx-0", "0000:00:03.0", "a.b"] {
+            assert!(plain_name(ok), "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "a\n"] {
+            assert!(!plain_name(bad), "{bad:?}");
+        }
+    }
+}
+
+/// What one section of a config asks of the host, before anything is read: the settings with
+/// their desired values, and what cannot be done at all (with the reason).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wants {
+    /// Settings and their desired values, in the order found.
+    pub settings: Vec<(Setting, String)>,
+    /// Requests refused before any write.
+    pub refused: Vec<Refusal>,
+}
+
+impl Wants {
+    /// Adds a desired setting.
+    pub fn set(&mut self, setting: Setting, value: impl Into<String>) {
+        self.settings.push((setting, value.into()));
+    }
+
+    /// Refuses a request.
+    pub fn refuse(&mut self, kind: &str, target: impl Into<String>, message: impl Into<String>) {
+        self.refused.push(Refusal {
+            kind: kind.to_string(),
+            target: target.into(),
+            message: message.into(),
+        });
+    }
+
+    /// Appends everything `other` wants.
+    pub fn extend(&mut self, other: Wants) {
+        self.settings.extend(other.settings);
+        self.refused.extend(other.refused);
+    }
+}
+
+/// A request that cannot be carried out on this host; it fails the revision before any write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The status item kind (`hugepages`, `irqAffinity`, `pciDriver`, `interfaces`, ...).
+    pub kind: String,
+    /// What it is about (`interfaces[0]`, a PCI address, a mount point, ...).
+    pub target: String,
+    /// Why.
+    pub message: String,
 }

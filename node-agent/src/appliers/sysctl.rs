@@ -4,15 +4,11 @@
 //! Keys were validated by the API server already; [`key_path`] checks them again, so that no key
 //! can ever name a file outside `<proc-root>/sys`.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use super::Reading;
+use super::{read_value, Kernel, Reading, RealKernel};
 use crate::{Error, Result};
-
-/// Longest value read back from a sysctl file; the kernel prints at most a page.
-const MAX_VALUE_BYTES: u64 = 64 * 1024;
 
 /// The relative path of a sysctl key under `<proc-root>/sys`: its dot-separated segments, each
 /// non-empty and free of `/`, whitespace and control characters.
@@ -56,31 +52,21 @@ impl Sysctls {
             Ok(path) => path,
             Err(e) => return Reading::Unreadable(e.to_string()),
         };
-        let mut bytes = Vec::new();
-        let read = File::open(&path).and_then(|f| f.take(MAX_VALUE_BYTES).read_to_end(&mut bytes));
-        match read {
-            Ok(_) => {
-                if bytes.last() == Some(&b'\n') {
-                    bytes.pop();
-                }
-                Reading::Value(String::from_utf8_lossy(&bytes).into_owned())
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Reading::Missing(format!(
-                "no such sysctl on this kernel ({})",
-                path.display()
-            )),
-            Err(e) => Reading::Unreadable(format!("cannot read {}: {e}", path.display())),
-        }
+        read_value(&path, "no such sysctl on this kernel")
     }
 
     /// Writes `value` and a newline to a key's file in one write, as `sysctl -w` does.
     pub fn write(&self, key: &str, value: &str) -> io::Result<()> {
+        self.write_with(&RealKernel, key, value)
+    }
+
+    /// Like [`Sysctls::write`], through `kernel`.
+    pub fn write_with(&self, kernel: &dyn Kernel, key: &str, value: &str) -> io::Result<()> {
         let path = self
             .path(key)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         // Never create a file: a key that does not exist is not a sysctl.
-        let mut file = OpenOptions::new().write(true).truncate(true).open(path)?;
-        file.write_all(format!("{value}\n").as_bytes())
+        kernel.write(&path, format!("{value}\n").as_bytes())
     }
 }
 

@@ -1,0 +1,442 @@
+//! Expansion: turns a node config into the host settings of a revision, given what discovery
+//! found on the host (interfaces, queue IRQs, routes, IOMMU groups).
+//!
+//! [`Discovery::read`] is the I/O; [`expand`] is pure: (config, discovery) → desired settings,
+//! refusals (requests this host cannot carry out, each failing the revision before any write)
+//! and the parts of the config this agent does not implement.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use hoststack_crds::{HostFacts, InterfaceFacts, ItemResult, ItemState, NodeConfig};
+
+use crate::appliers::irq::{self, QueueIrq};
+use crate::appliers::{dpdk, hugepages, matching, rps, Host, Kind, Refusal, Setting, Wants};
+use crate::journal::Journal;
+use crate::transaction::Desired;
+
+/// What the plan steps need to know of the host.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Discovery {
+    /// Host facts; `interfaces` also holds the interfaces hoststack bound to DPDK (their netdev
+    /// is gone, the journal remembers them).
+    pub facts: HostFacts,
+    /// The queue IRQs of each interface.
+    pub irqs: BTreeMap<String, Vec<QueueIrq>>,
+    /// What DPDK binding needs: vfio, management interfaces, IOMMU groups.
+    pub dpdk: dpdk::Context,
+}
+
+impl Discovery {
+    /// Reads the host. `api_server` is the API server's address (its route is protected from
+    /// DPDK binding); `journal` names the devices hoststack bound.
+    pub fn read(host: &Host, api_server: Option<IpAddr>, journal: &Journal) -> Self {
+        let roots = host.roots();
+        let mut facts = crate::facts::collect(&roots.proc_root, &roots.sys_root);
+        for entry in journal
+            .originals
+            .iter()
+            .filter(|e| e.kind == Kind::PciDriver)
+        {
+            if let Some((pci, name, driver)) = dpdk::parse_target(&entry.target) {
+                if !facts.interfaces.iter().any(|i| i.name == name) {
+                    facts.interfaces.push(InterfaceFacts {
+                        name: name.to_string(),
+                        driver: driver.map(str::to_string),
+                        pci_address: Some(pci.to_string()),
+                        ..InterfaceFacts::default()
+                    });
+                }
+            }
+        }
+        let irqs = facts
+            .interfaces
+            .iter()
+            .map(|i| (i.name.clone(), irq::discover(roots, &i.name)))
+            .collect();
+        let read = |p: &str| std::fs::read_to_string(roots.proc_root.join(p)).unwrap_or_default();
+        let iommu_groups = facts
+            .interfaces
+            .iter()
+            .filter_map(|i| i.pci_address.clone())
+            .filter_map(|pci| Some((pci.clone(), dpdk::iommu_group(roots, &pci)?)))
+            .collect();
+        let dpdk = dpdk::Context {
+            vfio_available: facts.vfio_available,
+            management: dpdk::management_interfaces(
+                &read("net/route"),
+                &read("net/ipv6_route"),
+                api_server,
+            ),
+            iommu_groups,
+        };
+        Discovery { facts, irqs, dpdk }
+    }
+}
+
+/// A config expanded into host settings.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Expansion {
+    /// Every setting of the revision with its desired value.
+    pub desired: Desired,
+    /// Requests refused on this host.
+    pub refused: Vec<Refusal>,
+    /// Items for the parts of the config this agent does not implement, one per part.
+    pub unsupported: Vec<ItemResult>,
+}
+
+/// The pure expansion of a config (see the module doc).
+pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
+    let mut wants = hugepages::desired(&config.hugepages);
+    for (key, value) in &config.sysctls {
+        wants.set(Setting::sysctl(key.clone()), value.0.clone());
+    }
+    let online = irq::parse_list(&d.facts.cpus_online).unwrap_or_default();
+    let mut unsupported = Vec::new();
+    let mut flow_entries: Option<u64> = None;
+    // Interfaces bound to DPDK, and interfaces tuned otherwise, with the entry doing it.
+    let mut bound: BTreeMap<String, String> = BTreeMap::new();
+    let mut tuned: BTreeMap<String, String> = BTreeMap::new();
+    for (i, entry) in config.interfaces.iter().enumerate() {
+        let field = format!("interfaces[{i}]");
+        let parts = [
+            ("channels", entry.channels.is_some()),
+            ("offloads", !entry.offloads.is_empty()),
+            ("rings", entry.rings.is_some()),
+            ("mtu", entry.mtu.is_some()),
+            ("xdp", entry.xdp.is_some()),
+        ];
+        for (part, _) in parts.iter().filter(|(_, used)| *used) {
+            unsupported.push(not_supported("interfaces", &format!("{field}.{part}")));
+        }
+        let matched = matching::select(&entry.match_, &d.facts.interfaces);
+        if matched.is_empty() {
+            let have: Vec<&str> = d.facts.interfaces.iter().map(|i| i.name.as_str()).collect();
+            wants.refuse(
+                "interfaces",
+                &field,
+                format!(
+                    "{field}: match {} matched no interface (have: {})",
+                    matching::describe(&entry.match_),
+                    have.join(", ")
+                ),
+            );
+            continue;
+        }
+        for iface in matched {
+            let name = &iface.name;
+            if let Some(aff) = &entry.irq_affinity {
+                let irqs = d.irqs.get(name).map(Vec::as_slice).unwrap_or_default();
+                wants.extend(irq::desired(
+                    &format!("{field}.irqAffinity"),
+                    name,
+                    aff,
+                    irqs,
+                    &online,
+                ));
+            }
+            if let Some(r) = &entry.rps {
+                let (w, flows) = rps::desired_rps(&format!("{field}.rps"), iface, r, &online);
+                wants.extend(w);
+                if r.flow_entries.is_some() {
+                    *flow_entries.get_or_insert(0) += flows;
+                }
+            }
+            if let Some(x) = &entry.xps {
+                wants.extend(rps::desired_xps(&format!("{field}.xps"), iface, x, &online));
+            }
+            if entry.irq_affinity.is_some() || entry.rps.is_some() || entry.xps.is_some() {
+                tuned.entry(name.clone()).or_insert_with(|| field.clone());
+            }
+            if let Some(binding) = &entry.dpdk {
+                wants.extend(dpdk::desired(
+                    &format!("{field}.dpdk"),
+                    iface,
+                    binding,
+                    &d.dpdk,
+                ));
+                bound.entry(name.clone()).or_insert_with(|| field.clone());
+            }
+        }
+    }
+    for (name, by) in &bound {
+        if let Some(other) = tuned.get(name) {
+            wants.refuse(
+                "interfaces",
+                other,
+                format!(
+                    "{other}: {name} is bound to DPDK by {by}; a bound device has no netdev whose \
+                     IRQs or queues could be tuned"
+                ),
+            );
+        }
+    }
+    if let Some(total) = flow_entries.filter(|t| *t > 0) {
+        wants.set(
+            Setting::sysctl(rps::SOCK_FLOW_ENTRIES),
+            rps::sock_flow_entries(total),
+        );
+    }
+    if config.firewall.is_some() {
+        unsupported.push(not_supported("firewall", "firewall"));
+    }
+    if config.userspace_stack.is_some() {
+        unsupported.push(not_supported("userspaceStack", "userspaceStack"));
+    }
+    let (desired, refused) = merge(wants);
+    Expansion {
+        desired,
+        refused,
+        unsupported,
+    }
+}
+
+/// The settings of `wants` as one map; a setting asked twice with different values is refused.
+fn merge(wants: Wants) -> (Desired, Vec<Refusal>) {
+    let mut desired = Desired::new();
+    let mut refused = wants.refused;
+    let mut clashing: BTreeSet<Setting> = BTreeSet::new();
+    for (setting, value) in wants.settings {
+        match desired.get(&setting) {
+            Some(v) if !setting.kind.same_value(v, &value) => {
+                refused.push(Refusal {
+                    kind: setting.kind.as_str().into(),
+                    target: setting.target.clone(),
+                    message: format!(
+                        "{setting} is asked to be both {v:?} and {value:?} (two parts of the \
+                         spec set it)"
+                    ),
+                });
+                clashing.insert(setting);
+            }
+            Some(_) => {}
+            None => {
+                desired.insert(setting, value);
+            }
+        }
+    }
+    for s in clashing {
+        desired.remove(&s);
+    }
+    (desired, refused)
+}
+
+/// The item of a part this agent does not implement.
+fn not_supported(kind: &str, target: &str) -> ItemResult {
+    ItemResult {
+        kind: kind.to_string(),
+        target: target.to_string(),
+        original: None,
+        desired: None,
+        actual: None,
+        state: ItemState::NotSupported,
+        message: Some(format!("{target}: not supported yet by this agent")),
+    }
+}
+
+/// The item of a refused request, in `state` (Failed, or WouldFail in Plan mode).
+pub fn refused_item(r: &Refusal, state: ItemState) -> ItemResult {
+    ItemResult {
+        kind: r.kind.clone(),
+        target: r.target.clone(),
+        original: None,
+        desired: None,
+        actual: None,
+        state,
+        message: Some(r.message.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hoststack_crds::{
+        DpdkBinding, Firewall, HugepageReservation, InterfaceMatch, InterfaceTuning, IrqAffinity,
+        IrqPolicy, Rps, SysctlValue, Xps,
+    };
+
+    use super::*;
+
+    fn discovery() -> Discovery {
+        let eth = |name: &str, pci: &str, rx: u32| InterfaceFacts {
+            name: name.into(),
+            driver: Some("virtio_net".into()),
+            pci_address: Some(pci.into()),
+            mtu: Some(1500),
+            rx_queues: rx,
+            tx_queues: rx,
+        };
+        let q = |queue: u32, irq: u32| QueueIrq {
+            queue,
+            irq,
+            name: format!("virtio-input.{queue}"),
+        };
+        Discovery {
+            facts: HostFacts {
+                cpus_online: "0-3".into(),
+                cpu_count: 4,
+                interfaces: vec![
+                    eth("eth0", "0000:00:03.0", 1),
+                    eth("eth1", "0000:00:04.0", 2),
+                ],
+                vfio_available: true,
+                ..HostFacts::default()
+            },
+            irqs: [
+                ("eth0".to_string(), vec![q(0, 30)]),
+                ("eth1".to_string(), vec![q(0, 40), q(1, 41)]),
+            ]
+            .into(),
+            dpdk: dpdk::Context {
+                vfio_available: true,
+                management: [(
+                    "eth0".to_string(),
+                    "it carries the default route".to_string(),
+                )]
+                .into(),
+                iommu_groups: [("0000:00:04.0".to_string(), "9".to_string())].into(),
+            },
+        }
+    }
+
+    fn entry(name: &str) -> InterfaceTuning {
+        InterfaceTuning {
+            match_: InterfaceMatch {
+                name: Some(name.into()),
+                ..InterfaceMatch::default()
+            },
+            ..InterfaceTuning::default()
+        }
+    }
+
+    fn keys(e: &Expansion) -> Vec<String> {
+        e.desired
+            .iter()
+            .map(|(s, v)| format!("{} {}={v}", s.kind.as_str(), s.target))
+            .collect()
+    }
+
+    #[test]
+    fn a_full_config_in_apply_order() {
+        let mut c = NodeConfig::default();
+        c.sysctls
+            .insert("net.ipv4.tcp_sack".into(), SysctlValue("1".into()));
+        c.hugepages.push(HugepageReservation {
+            count: 4,
+            mount_path: Some("/mnt/huge".into()),
+            ..HugepageReservation::default()
+        });
+        let mut e = entry("eth*");
+        e.irq_affinity = Some(IrqAffinity {
+            policy: IrqPolicy::Spread,
+            cpus: Some("2-3".into()),
+            pin: BTreeMap::new(),
+        });
+        e.rps = Some(Rps {
+            cpus: "0-1".into(),
+            flow_entries: Some(100),
+        });
+        e.xps = Some(Xps { cpus: "0-3".into() });
+        c.interfaces.push(e);
+        let x = expand(&c, &discovery());
+        assert!(x.refused.is_empty(), "{:?}", x.refused);
+        assert!(x.unsupported.is_empty());
+        assert_eq!(
+            keys(&x),
+            [
+                "hugepages 2Mi=4",
+                "hugetlbfs /mnt/huge=hugetlbfs pagesize=2M",
+                "sysctl net.core.rps_sock_flow_entries=512",
+                "sysctl net.ipv4.tcp_sack=1",
+                "irqAffinity 30=2",
+                "irqAffinity 40=2",
+                "irqAffinity 41=3",
+                "rpsCpus eth0/rx-0=3",
+                "rpsCpus eth1/rx-0=3",
+                "rpsCpus eth1/rx-1=3",
+                "rpsFlowCnt eth0/rx-0=128",
+                "rpsFlowCnt eth1/rx-0=128",
+                "rpsFlowCnt eth1/rx-1=128",
+                "xpsCpus eth0/tx-0=f",
+                "xpsCpus eth1/tx-0=5",
+                "xpsCpus eth1/tx-1=a",
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_and_unsupported_parts() {
+        let d = discovery();
+        let mut c = NodeConfig::default();
+        // No such interface.
+        c.interfaces.push(entry("eth9"));
+        // DPDK on the default-route interface, and on eth1 which another entry tunes.
+        let mut mgmt = entry("eth0");
+        mgmt.dpdk = Some(DpdkBinding::default());
+        c.interfaces.push(mgmt);
+        let mut bind = entry("eth1");
+        bind.dpdk = Some(DpdkBinding::default());
+        bind.mtu = Some(9000);
+        c.interfaces.push(bind);
+        let mut rps_a = entry("eth1");
+        rps_a.rps = Some(Rps {
+            cpus: "1".into(),
+            flow_entries: None,
+        });
+        c.interfaces.push(rps_a);
+        // Two entries set eth0's rx-0 differently.
+        let mut x1 = entry("eth0");
+        x1.rps = Some(Rps {
+            cpus: "1".into(),
+            flow_entries: None,
+        });
+        let mut x2 = entry("eth*");
+        x2.rps = Some(Rps {
+            cpus: "2".into(),
+            flow_entries: None,
+        });
+        c.interfaces.push(x1);
+        c.interfaces.push(x2);
+        c.firewall = Some(Firewall::default());
+        let x = expand(&c, &d);
+        let messages: Vec<&str> = x.refused.iter().map(|r| r.message.as_str()).collect();
+        let has = |text: &str| messages.iter().any(|m| m.contains(text));
+        assert!(
+            has("interfaces[0]: match name=eth9 matched no interface (have: eth0, eth1)"),
+            "{messages:?}"
+        );
+        assert!(
+            has("refusing to bind eth0 (0000:00:03.0) to vfio-pci: it carries the default route"),
+            "{messages:?}"
+        );
+        assert!(
+            has("eth1 is bound to DPDK by interfaces[2]"),
+            "{messages:?}"
+        );
+        assert!(has("rpsCpus eth0/rx-0 is asked to be both"), "{messages:?}");
+        assert!(!x
+            .desired
+            .contains_key(&Setting::new(Kind::RpsCpus, "eth0/rx-0")));
+        let unsupported: Vec<&str> = x.unsupported.iter().map(|i| i.target.as_str()).collect();
+        assert_eq!(unsupported, ["interfaces[2].mtu", "firewall"]);
+        assert_eq!(
+            x.unsupported[0].message.as_deref(),
+            Some("interfaces[2].mtu: not supported yet by this agent")
+        );
+    }
+
+    #[test]
+    fn a_sysctl_that_clashes_with_flow_entries_is_refused() {
+        let mut c = NodeConfig::default();
+        c.sysctls
+            .insert(rps::SOCK_FLOW_ENTRIES.into(), SysctlValue("4096".into()));
+        let mut e = entry("eth0");
+        e.rps = Some(Rps {
+            cpus: "0".into(),
+            flow_entries: Some(64),
+        });
+        c.interfaces.push(e);
+        let x = expand(&c, &discovery());
+        assert_eq!(x.refused.len(), 1, "{:?}", x.refused);
+        assert!(x.refused[0].message.contains("both"));
+    }
+}

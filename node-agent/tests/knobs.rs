@@ -1,0 +1,943 @@
+//! Every host knob of the agent (hugepages, hugetlbfs, sysctls, IRQ affinity, RPS/XPS, DPDK
+//! binding) against fake /proc and /sys trees with a fake kernel behind them: a kernel that
+//! rounds flow counts, normalizes CPU lists and masks, allocates at most a fixed number of
+//! hugepages, rebinds PCI devices on driver_override + unbind + drivers_probe (the netdev goes
+//! and comes back), and records hugetlbfs mounts in mountinfo.
+//!
+//! Laws: apply then revert leaves every file and link byte for byte as it was (also as a
+//! property over random specs); a kill at any write ends, after recovery, fully applied or
+//! fully reverted; refusals (the default-route interface, no vfio-pci) change nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::os::unix::fs::symlink;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use hoststack_agent::appliers::irq::{format_list, parse_list};
+use hoststack_agent::appliers::rps::{cpus_to_mask, mask_cpus};
+use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
+use hoststack_agent::journal::JournalStore;
+use hoststack_agent::reconciler::{Desired, Next, Reconciler};
+use hoststack_agent::transaction::{Goal, Outcome, Transactor};
+use hoststack_crds::{
+    DpdkBinding, HugepageReservation, HugepageSize, InterfaceMatch, InterfaceTuning, IrqAffinity,
+    IrqPolicy, ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, Rps,
+    SysctlValue, Xps,
+};
+use proptest::prelude::*;
+
+/// CPUs of the fake machine.
+const CPUS: u32 = 4;
+/// Most hugepages of one pool the fake kernel can allocate.
+const HUGEPAGE_LIMIT: u64 = 1000;
+
+/// A kernel for the fake tree: what sysfs and procfs do with writes.
+#[derive(Debug)]
+struct FakeKernel {
+    sys: PathBuf,
+    proc_: PathBuf,
+    /// Each PCI device's own driver and its netdev.
+    native: BTreeMap<String, (String, String)>,
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(libc_einval())
+}
+
+fn libc_einval() -> i32 {
+    22
+}
+
+impl FakeKernel {
+    fn device(&self, pci: &str) -> PathBuf {
+        self.sys.join("bus/pci/devices").join(pci)
+    }
+
+    fn stash(&self) -> PathBuf {
+        self.sys.join("stash")
+    }
+}
+
+impl Kernel for FakeKernel {
+    fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let text = String::from_utf8_lossy(bytes).trim().to_string();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !path.exists() {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        match name {
+            "smp_affinity_list" => {
+                let cpus = parse_list(&text).ok_or_else(einval)?;
+                if cpus.is_empty() || cpus.iter().any(|c| *c >= CPUS) {
+                    return Err(einval());
+                }
+                fs::write(path, format!("{}\n", format_list(&cpus)))
+            }
+            "rps_cpus" | "xps_cpus" => {
+                let cpus = mask_cpus(&text).ok_or_else(einval)?;
+                if cpus.iter().any(|c| *c >= CPUS) {
+                    return Err(einval());
+                }
+                fs::write(path, format!("{}\n", cpus_to_mask(&cpus)))
+            }
+            "rps_flow_cnt" => {
+                let n: u64 = text.parse().map_err(|_| einval())?;
+                let n = if n == 0 { 0 } else { n.next_power_of_two() };
+                fs::write(path, format!("{n}\n"))
+            }
+            "nr_hugepages" => {
+                let n: u64 = text.parse().map_err(|_| einval())?;
+                fs::write(path, format!("{}\n", n.min(HUGEPAGE_LIMIT)))
+            }
+            "driver_override" => {
+                let v = if text.is_empty() { "(null)" } else { &text };
+                fs::write(path, format!("{v}\n"))
+            }
+            "unbind" => {
+                let dev = self.device(&text);
+                fs::remove_file(dev.join("driver"))?;
+                let (_, netdev) = &self.native[&text];
+                let live = self.sys.join("class/net").join(netdev);
+                if live.exists() {
+                    fs::create_dir_all(self.stash())?;
+                    fs::rename(live, self.stash().join(netdev))?;
+                }
+                Ok(())
+            }
+            "drivers_probe" => {
+                let dev = self.device(&text);
+                if dev.join("driver").exists() {
+                    return Ok(());
+                }
+                let over = fs::read_to_string(dev.join("driver_override"))?;
+                let (native, netdev) = &self.native[&text];
+                let driver = match over.trim() {
+                    "(null)" => native.clone(),
+                    o => o.to_string(),
+                };
+                let dir = self.sys.join("bus/pci/drivers").join(&driver);
+                if !dir.is_dir() {
+                    return Ok(());
+                }
+                symlink(&dir, dev.join("driver"))?;
+                if driver == *native {
+                    let stashed = self.stash().join(netdev);
+                    if stashed.exists() {
+                        fs::rename(stashed, self.sys.join("class/net").join(netdev))?;
+                        // Leave no trace of the stash once it is empty.
+                        let _ = fs::remove_dir(self.stash());
+                    }
+                }
+                Ok(())
+            }
+            _ => write_existing(path, bytes),
+        }
+    }
+
+    fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()> {
+        if !dir.is_dir() {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        }
+        let info = self.proc_.join("self/mountinfo");
+        let mut text = fs::read_to_string(&info)?;
+        text.push_str(&format!(
+            "99 22 0:99 / {} rw,relatime - hugetlbfs none rw,pagesize={pagesize}\n",
+            dir.display()
+        ));
+        fs::write(info, text)
+    }
+
+    fn unmount(&self, dir: &Path) -> io::Result<()> {
+        let info = self.proc_.join("self/mountinfo");
+        let text = fs::read_to_string(&info)?;
+        let mut lines: Vec<&str> = text.lines().collect();
+        let needle = format!(" {} ", dir.display());
+        let at = lines
+            .iter()
+            .rposition(|l| l.contains(&needle))
+            .ok_or_else(einval)?;
+        lines.remove(at);
+        let mut out = lines.join("\n");
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        fs::write(info, out)
+    }
+}
+
+/// A fake node: procfs, sysfs, a file system root and a state dir, all temporary.
+struct FakeNode {
+    dir: tempfile::TempDir,
+    state: tempfile::TempDir,
+}
+
+fn put(path: &Path, content: &str) {
+    fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    fs::write(path, content).expect("write");
+}
+
+/// eth0: virtio at 0000:00:03.0, 2+2 queues, the default route; eth1: ixgbe at 0000:00:04.0,
+/// 2+2 queues, on 198.18.0.0/16 where the API server lives; eth2: ixgbe at 0000:00:05.0, 1+1
+/// queues, a data NIC.
+const NICS: &[(&str, &str, &str, &str, u32)] = &[
+    ("eth0", "0000:00:03.0", "virtio-pci", "virtio_net", 30),
+    ("eth1", "0000:00:04.0", "ixgbe", "ixgbe", 40),
+    ("eth2", "0000:00:05.0", "ixgbe", "ixgbe", 50),
+];
+
+impl FakeNode {
+    fn new() -> Self {
+        Self::with_vfio(true)
+    }
+
+    fn with_vfio(vfio: bool) -> Self {
+        let node = FakeNode {
+            dir: tempfile::tempdir().expect("tempdir"),
+            state: tempfile::tempdir().expect("tempdir"),
+        };
+        let (p, s) = (node.proc_(), node.sys());
+        put(&s.join("devices/system/cpu/online"), "0-3\n");
+        put(&s.join("devices/system/node/online"), "0-1\n");
+        for size in ["hugepages-2048kB", "hugepages-1048576kB"] {
+            put(
+                &s.join("kernel/mm/hugepages")
+                    .join(size)
+                    .join("nr_hugepages"),
+                "0\n",
+            );
+            for n in ["node0", "node1"] {
+                put(
+                    &s.join("devices/system/node")
+                        .join(n)
+                        .join("hugepages")
+                        .join(size)
+                        .join("nr_hugepages"),
+                    "0\n",
+                );
+            }
+        }
+        let mut interrupts = String::from("           CPU0       CPU1       CPU2       CPU3\n");
+        let drivers: &[&str] = if vfio {
+            &["virtio-pci", "ixgbe", "vfio-pci"]
+        } else {
+            &["virtio-pci", "ixgbe"]
+        };
+        for d in drivers {
+            put(&s.join("bus/pci/drivers").join(d).join("unbind"), "");
+        }
+        put(&s.join("bus/pci/drivers_probe"), "");
+        for (i, (name, pci, driver, netdriver, irq0)) in NICS.iter().enumerate() {
+            let dev = s.join("bus/pci/devices").join(pci);
+            put(&dev.join("driver_override"), "(null)\n");
+            symlink(s.join("bus/pci/drivers").join(driver), dev.join("driver")).expect("ln");
+            let group = s.join("kernel/iommu_groups").join((7 + i).to_string());
+            fs::create_dir_all(&group).expect("mkdir");
+            symlink(&group, dev.join("iommu_group")).expect("ln");
+            let net = s.join("class/net").join(name);
+            put(&net.join("mtu"), "1500\n");
+            let queues = if *name == "eth2" { 1 } else { 2 };
+            let owner = if *netdriver == "virtio_net" {
+                // virtio: the netdev's device is virtioN below the PCI function, which owns the
+                // MSI IRQs; IRQs are named after virtioN.
+                let v = dev.join("virtio0");
+                fs::create_dir_all(&v).expect("mkdir");
+                symlink(
+                    s.join("bus/pci/drivers").join("virtio-pci"),
+                    v.join("driver"),
+                )
+                .ok();
+                symlink(&v, net.join("device")).expect("ln");
+                "virtio0".to_string()
+            } else {
+                symlink(&dev, net.join("device")).expect("ln");
+                name.to_string()
+            };
+            for q in 0..queues {
+                put(&net.join(format!("queues/rx-{q}/rps_cpus")), "0\n");
+                put(&net.join(format!("queues/rx-{q}/rps_flow_cnt")), "0\n");
+                put(&net.join(format!("queues/tx-{q}/xps_cpus")), "0\n");
+                let names: Vec<String> = if owner == "virtio0" {
+                    vec![format!("virtio0-input.{q}"), format!("virtio0-output.{q}")]
+                } else {
+                    vec![format!("{owner}-TxRx-{q}")]
+                };
+                for (j, irq_name) in names.iter().enumerate() {
+                    let irq = irq0 + 2 * q + j as u32;
+                    put(&dev.join("msi_irqs").join(irq.to_string()), "msix\n");
+                    put(&p.join(format!("irq/{irq}/smp_affinity_list")), "0-3\n");
+                    interrupts.push_str(&format!(
+                        " {irq}:  0  0  0  0  PCI-MSIX-{pci}  {q}-edge  {irq_name}\n"
+                    ));
+                }
+            }
+            // A config IRQ that is no queue's.
+            let cfg = irq0 + 9;
+            put(&dev.join("msi_irqs").join(cfg.to_string()), "msix\n");
+            put(&p.join(format!("irq/{cfg}/smp_affinity_list")), "0-3\n");
+            interrupts.push_str(&format!(
+                " {cfg}: 0 0 0 0 PCI-MSIX-{pci} 9-edge {owner}-config\n"
+            ));
+        }
+        put(&p.join("interrupts"), &interrupts);
+        put(
+            &p.join("net/route"),
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+             eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+             eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+             eth1\t000012C6\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n",
+        );
+        put(&p.join("net/ipv6_route"), "");
+        put(
+            &p.join("self/mountinfo"),
+            "22 1 0:21 / / rw,relatime - ext4 /dev/vda1 rw\n",
+        );
+        put(&p.join("sys/net/core/rps_sock_flow_entries"), "0\n");
+        put(&p.join("sys/net/ipv4/tcp_sack"), "1\n");
+        put(&p.join("sys/kernel/osrelease"), "6.18.0-fake\n");
+        fs::create_dir_all(node.fs().join("mnt")).expect("mkdir");
+        fs::create_dir_all(node.fs().join("dev/vfio")).expect("mkdir");
+        node
+    }
+
+    fn proc_(&self) -> PathBuf {
+        self.dir.path().join("proc")
+    }
+
+    fn sys(&self) -> PathBuf {
+        self.dir.path().join("sys")
+    }
+
+    fn fs(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn read(&self, path: &Path) -> String {
+        fs::read_to_string(path).expect("read").trim().to_string()
+    }
+
+    fn host(&self) -> Host {
+        let native = NICS
+            .iter()
+            .map(|(name, pci, driver, _, _)| {
+                (pci.to_string(), (driver.to_string(), name.to_string()))
+            })
+            .collect();
+        let kernel = FakeKernel {
+            sys: self.sys(),
+            proc_: self.proc_(),
+            native,
+        };
+        let roots = Roots {
+            proc_root: self.proc_(),
+            sys_root: self.sys(),
+            fs_root: self.fs(),
+        };
+        Host::with_kernel(roots, Arc::new(kernel))
+    }
+
+    fn transactor(&self) -> Transactor {
+        Transactor::new(self.host(), JournalStore::new(self.state.path()))
+    }
+
+    fn reconciler(&self) -> Reconciler {
+        let mut r = Reconciler::new(self.transactor(), Duration::ZERO);
+        r.set_api_server(Some("198.18.0.1".parse().expect("ip")));
+        r
+    }
+
+    /// Every regular file (its bytes), link (its target) and directory under the tree.
+    fn snapshot(&self) -> BTreeMap<PathBuf, String> {
+        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
+            let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+                .expect("readdir")
+                .map(|e| e.expect("entry").path())
+                .collect();
+            entries.sort();
+            for path in entries {
+                let meta = fs::symlink_metadata(&path).expect("meta");
+                if meta.file_type().is_symlink() {
+                    let target = fs::read_link(&path).expect("link");
+                    out.insert(path, format!("-> {}", target.display()));
+                } else if meta.is_dir() {
+                    if fs::read_dir(&path).expect("readdir").next().is_some() {
+                        walk(&path, out);
+                    } else {
+                        out.insert(path, "<empty dir>".into());
+                    }
+                } else {
+                    let bytes = fs::read(&path).expect("read");
+                    out.insert(path, String::from_utf8_lossy(&bytes).into_owned());
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(self.dir.path(), &mut out);
+        out
+    }
+
+    fn journal_is_empty(&self) -> bool {
+        JournalStore::new(self.state.path())
+            .load()
+            .expect("journal")
+            .is_empty()
+    }
+}
+
+fn node_tuning(config: NodeConfig, mode: Mode) -> NodeTuning {
+    NodeTuning::new(
+        "node-a",
+        NodeTuningSpec {
+            tuning: Some("edge".into()),
+            revision: Some(config.revision()),
+            config: Some(config),
+            mode: Some(mode),
+            ..NodeTuningSpec::default()
+        },
+    )
+}
+
+fn withdrawn() -> NodeTuning {
+    NodeTuning::new("node-a", NodeTuningSpec::default())
+}
+
+fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
+    let desired = Desired::of(Some(object));
+    match r.next(&desired).expect("next") {
+        Next::Report(outcome) => outcome,
+        Next::Transaction { .. } => r.transact(&desired),
+    }
+}
+
+fn items<'a>(outcome: &'a Outcome, kind: &str) -> Vec<&'a ItemResult> {
+    outcome.items.iter().filter(|i| i.kind == kind).collect()
+}
+
+fn item<'a>(outcome: &'a Outcome, kind: &str, target: &str) -> &'a ItemResult {
+    outcome
+        .items
+        .iter()
+        .find(|i| i.kind == kind && i.target == target)
+        .unwrap_or_else(|| panic!("no item {kind} {target} in {:#?}", outcome.items))
+}
+
+fn iface(name: &str) -> InterfaceTuning {
+    InterfaceTuning {
+        match_: InterfaceMatch {
+            name: Some(name.into()),
+            ..InterfaceMatch::default()
+        },
+        ..InterfaceTuning::default()
+    }
+}
+
+/// A config with every knob this agent implements.
+fn everything() -> NodeConfig {
+    let mut c = NodeConfig {
+        hugepages: vec![
+            HugepageReservation {
+                size: HugepageSize::Size2Mi,
+                count: 512,
+                numa_node: None,
+                mount_path: Some("/mnt/huge".into()),
+            },
+            HugepageReservation {
+                size: HugepageSize::Size1Gi,
+                count: 2,
+                numa_node: Some(1),
+                mount_path: None,
+            },
+        ],
+        ..NodeConfig::default()
+    };
+    c.sysctls
+        .insert("net.ipv4.tcp_sack".into(), SysctlValue("0".into()));
+    let mut e0 = iface("eth[01]");
+    e0.irq_affinity = Some(IrqAffinity {
+        policy: IrqPolicy::Spread,
+        cpus: Some("2-3".into()),
+        pin: BTreeMap::new(),
+    });
+    e0.rps = Some(Rps {
+        cpus: "0-1".into(),
+        flow_entries: Some(1000),
+    });
+    e0.xps = Some(Xps { cpus: "0-3".into() });
+    let mut e2 = iface("eth2");
+    e2.dpdk = Some(DpdkBinding::default());
+    c.interfaces = vec![e0, e2];
+    c
+}
+
+#[test]
+fn every_knob_applies_verifies_and_reverts_byte_for_byte() {
+    let node = FakeNode::new();
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    let nt = node_tuning(everything(), Mode::Apply);
+    let outcome = reconcile(&mut r, &nt);
+    assert_eq!(outcome.state, NodeState::Applied, "{:#?}", outcome);
+    let s = node.sys();
+    let p = node.proc_();
+    // Hugepages and the mount.
+    assert_eq!(
+        node.read(&s.join("kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")),
+        "512"
+    );
+    assert_eq!(
+        node.read(&s.join("devices/system/node/node1/hugepages/hugepages-1048576kB/nr_hugepages")),
+        "2"
+    );
+    assert!(node
+        .read(&p.join("self/mountinfo"))
+        .contains("/mnt/huge rw,relatime - hugetlbfs none rw,pagesize=2M"));
+    assert_eq!(
+        item(&outcome, "hugetlbfs", "/mnt/huge").original.as_deref(),
+        Some("absent")
+    );
+    // Sysctls, including the flow table: 1024 per queue × 4 rx queues.
+    assert_eq!(node.read(&p.join("sys/net/ipv4/tcp_sack")), "0");
+    assert_eq!(
+        node.read(&p.join("sys/net/core/rps_sock_flow_entries")),
+        "4096"
+    );
+    // IRQs of eth0 (virtio, rx and tx per queue) and eth1, spread over 2-3 by queue; config
+    // IRQs untouched.
+    for (irq, cpus) in [
+        (30, "2"),
+        (31, "2"),
+        (32, "3"),
+        (33, "3"),
+        (40, "2"),
+        (42, "3"),
+        (39, "0-3"),
+    ] {
+        assert_eq!(
+            node.read(&p.join(format!("irq/{irq}/smp_affinity_list"))),
+            cpus,
+            "IRQ {irq}"
+        );
+    }
+    // RPS, RFS, XPS.
+    for ifname in ["eth0", "eth1"] {
+        let q = s.join("class/net").join(ifname).join("queues");
+        assert_eq!(node.read(&q.join("rx-1/rps_cpus")), "3");
+        assert_eq!(node.read(&q.join("rx-1/rps_flow_cnt")), "1024");
+        assert_eq!(node.read(&q.join("tx-0/xps_cpus")), "5");
+        assert_eq!(node.read(&q.join("tx-1/xps_cpus")), "a");
+    }
+    // DPDK: eth2 bound to vfio-pci, its netdev gone.
+    let dev = s.join("bus/pci/devices/0000:00:05.0");
+    assert_eq!(
+        fs::read_link(dev.join("driver"))
+            .expect("link")
+            .file_name()
+            .expect("name"),
+        "vfio-pci"
+    );
+    assert_eq!(node.read(&dev.join("driver_override")), "vfio-pci");
+    assert!(!s.join("class/net/eth2").exists());
+    let bound = item(&outcome, "pciDriver", "0000:00:05.0/eth2/ixgbe");
+    assert_eq!(bound.original.as_deref(), Some("driver=ixgbe"));
+    assert_eq!(
+        bound.actual.as_deref(),
+        Some("driver=vfio-pci override=vfio-pci")
+    );
+    assert_eq!(
+        bound.message.as_deref(),
+        Some("IOMMU group 9; /dev/vfio/9 absent")
+    );
+    // Kinds in apply order.
+    let kinds: Vec<&str> = outcome.items.iter().map(|i| i.kind.as_str()).collect();
+    let mut dedup = kinds.clone();
+    dedup.dedup();
+    assert_eq!(
+        dedup,
+        [
+            "hugepages",
+            "hugetlbfs",
+            "sysctl",
+            "irqAffinity",
+            "rpsCpus",
+            "rpsFlowCnt",
+            "xpsCpus",
+            "pciDriver"
+        ]
+    );
+
+    // A resync finds the host settled, although eth2's netdev is gone: the journal remembers it.
+    let desired = Desired::of(Some(&nt));
+    match r.next(&desired).expect("next") {
+        Next::Report(again) => assert_eq!(again.state, NodeState::Applied, "{again:#?}"),
+        Next::Transaction { .. } => panic!("a settled host needs no transaction"),
+    }
+    // A fresh agent (no memory but the journal) agrees.
+    let mut fresh = node.reconciler();
+    match fresh.next(&desired).expect("next") {
+        Next::Report(again) => assert_eq!(again.state, NodeState::Applied, "{again:#?}"),
+        Next::Transaction { .. } => panic!("a settled host needs no transaction"),
+    }
+
+    let reverted = reconcile(&mut r, &withdrawn());
+    assert_eq!(reverted.state, NodeState::Reverted, "{reverted:#?}");
+    assert!(reverted
+        .items
+        .iter()
+        .all(|i| i.state == ItemState::Reverted));
+    assert_eq!(node.snapshot(), pristine);
+    assert!(node.journal_is_empty());
+}
+
+#[test]
+fn a_kernel_that_allocates_fewer_hugepages_fails_the_revision_and_restores_everything() {
+    let node = FakeNode::new();
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    let mut c = everything();
+    c.hugepages[1].count = 5000;
+    let outcome = reconcile(&mut r, &node_tuning(c, Mode::Apply));
+    assert_eq!(outcome.state, NodeState::Failed);
+    let message = outcome.message.clone().expect("message");
+    assert!(
+        message.contains("hugepages node1/1Gi: asked 5000, got 1000"),
+        "{message}"
+    );
+    assert_eq!(
+        item(&outcome, "hugepages", "node1/1Gi").state,
+        ItemState::Failed
+    );
+    assert_eq!(
+        item(&outcome, "hugepages", "2Mi").state,
+        ItemState::RolledBack
+    );
+    assert_eq!(node.snapshot(), pristine);
+    assert!(node.journal_is_empty());
+}
+
+#[test]
+fn dpdk_refuses_the_management_interfaces_unless_allowed() {
+    let node = FakeNode::new();
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    for (name, reason) in [
+        ("eth0", "it carries the default route"),
+        (
+            "eth1",
+            "it carries the route to the API server (198.18.0.1)",
+        ),
+    ] {
+        let mut c = NodeConfig::default();
+        c.sysctls
+            .insert("net.ipv4.tcp_sack".into(), SysctlValue("0".into()));
+        let mut e = iface(name);
+        e.dpdk = Some(DpdkBinding::default());
+        c.interfaces.push(e);
+        let outcome = reconcile(&mut r, &node_tuning(c.clone(), Mode::Apply));
+        assert_eq!(outcome.state, NodeState::Failed, "{outcome:#?}");
+        let message = outcome.message.clone().expect("message");
+        assert!(
+            message.contains(&format!("refusing to bind {name}")),
+            "{message}"
+        );
+        assert!(message.contains(reason), "{message}");
+        assert!(message.contains("allowManagementInterface"), "{message}");
+        assert_eq!(
+            item(&outcome, "sysctl", "net.ipv4.tcp_sack").state,
+            ItemState::Pending
+        );
+        assert_eq!(node.snapshot(), pristine, "a refusal changes nothing");
+
+        // Plan mode says the same, as WouldFail.
+        let planned = reconcile(&mut r, &node_tuning(c.clone(), Mode::Plan));
+        assert_eq!(planned.state, NodeState::Planned);
+        assert!(planned
+            .items
+            .iter()
+            .any(|i| i.state == ItemState::WouldFail));
+
+        // Allowed explicitly, it binds; the revert brings the netdev back.
+        c.interfaces[0].dpdk = Some(DpdkBinding {
+            allow_management_interface: true,
+            ..DpdkBinding::default()
+        });
+        let allowed = reconcile(&mut r, &node_tuning(c, Mode::Apply));
+        assert_eq!(allowed.state, NodeState::Applied, "{allowed:#?}");
+        assert!(!node.sys().join("class/net").join(name).exists());
+        assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+        assert_eq!(node.snapshot(), pristine);
+    }
+}
+
+#[test]
+fn dpdk_without_vfio_pci_fails_clearly() {
+    let node = FakeNode::with_vfio(false);
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    let mut c = NodeConfig::default();
+    let mut e = iface("eth2");
+    e.dpdk = Some(DpdkBinding::default());
+    c.interfaces.push(e);
+    let outcome = reconcile(&mut r, &node_tuning(c, Mode::Apply));
+    assert_eq!(outcome.state, NodeState::Failed);
+    let message = outcome.message.expect("message");
+    assert!(
+        message.contains("vfio-pci is not available on this host"),
+        "{message}"
+    );
+    assert_eq!(node.snapshot(), pristine);
+}
+
+#[test]
+fn plan_mode_covers_every_kind_and_changes_nothing() {
+    let node = FakeNode::new();
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    let planned = reconcile(&mut r, &node_tuning(everything(), Mode::Plan));
+    assert_eq!(planned.state, NodeState::Planned, "{planned:#?}");
+    for kind in [
+        "hugepages",
+        "hugetlbfs",
+        "sysctl",
+        "irqAffinity",
+        "rpsCpus",
+        "rpsFlowCnt",
+        "xpsCpus",
+        "pciDriver",
+    ] {
+        let of_kind = items(&planned, kind);
+        assert!(!of_kind.is_empty(), "{kind}");
+        assert!(
+            of_kind.iter().all(|i| i.state == ItemState::WouldChange),
+            "{kind}: {of_kind:#?}"
+        );
+    }
+    let irq = item(&planned, "irqAffinity", "30");
+    assert_eq!(
+        (irq.actual.as_deref(), irq.desired.as_deref()),
+        (Some("0-3"), Some("2"))
+    );
+    assert_eq!(node.snapshot(), pristine);
+    assert!(node.journal_is_empty());
+}
+
+#[test]
+fn irq_items_warn_while_irqbalance_runs() {
+    let node = FakeNode::new();
+    put(&node.proc_().join("777/comm"), "irqbalance\n");
+    let mut r = node.reconciler();
+    let mut c = NodeConfig::default();
+    let mut e = iface("eth1");
+    e.irq_affinity = Some(IrqAffinity {
+        policy: IrqPolicy::Pin,
+        cpus: None,
+        pin: [("1".to_string(), 3)].into(),
+    });
+    c.interfaces.push(e);
+    let outcome = reconcile(&mut r, &node_tuning(c, Mode::Apply));
+    assert_eq!(outcome.state, NodeState::Applied, "{outcome:#?}");
+    let irq = item(&outcome, "irqAffinity", "42");
+    assert_eq!(irq.actual.as_deref(), Some("3"));
+    assert!(
+        irq.message
+            .as_deref()
+            .is_some_and(|m| m.contains("irqbalance is running")),
+        "{irq:?}"
+    );
+    assert_eq!(
+        node.read(&node.proc_().join("irq/40/smp_affinity_list")),
+        "0-3"
+    );
+    reconcile(&mut r, &withdrawn());
+}
+
+#[test]
+fn interface_entries_that_match_nothing_fail_with_the_interfaces_there_are() {
+    let node = FakeNode::new();
+    let mut r = node.reconciler();
+    let mut c = NodeConfig::default();
+    let mut e = InterfaceTuning::default();
+    e.match_.driver = Some("mlx5_core".into());
+    e.rps = Some(Rps {
+        cpus: "1".into(),
+        flow_entries: None,
+    });
+    c.interfaces.push(e);
+    let outcome = reconcile(&mut r, &node_tuning(c, Mode::Apply));
+    assert_eq!(outcome.state, NodeState::Failed);
+    assert_eq!(
+        item(&outcome, "interfaces", "interfaces[0]")
+            .message
+            .as_deref(),
+        Some("interfaces[0]: match driver=mlx5_core matched no interface (have: eth0, eth1, eth2)")
+    );
+}
+
+// --- Properties over random specs. ---
+
+/// The panic payload of a simulated SIGKILL.
+struct Killed;
+
+fn kill_after(n: usize) -> impl FnMut() {
+    let mut writes = 0;
+    move || {
+        writes += 1;
+        if writes == n {
+            panic::panic_any(Killed);
+        }
+    }
+}
+
+fn killed(f: impl FnOnce()) -> bool {
+    static QUIET: Once = Once::new();
+    QUIET.call_once(|| {
+        let previous = panic::take_hook();
+        panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Killed>() {
+                previous(info);
+            }
+        }));
+    });
+    match panic::catch_unwind(AssertUnwindSafe(f)) {
+        Ok(()) => false,
+        Err(payload) if payload.is::<Killed>() => true,
+        Err(payload) => panic::resume_unwind(payload),
+    }
+}
+
+/// A CPU list of the fake machine (non-empty).
+fn cpu_list() -> impl Strategy<Value = String> {
+    prop::collection::btree_set(0..CPUS, 1..=CPUS as usize)
+        .prop_map(|set: BTreeSet<u32>| format_list(&set))
+}
+
+/// A random spec over every knob.
+fn spec() -> impl Strategy<Value = NodeConfig> {
+    let hugepages = prop::collection::vec(
+        (
+            prop::sample::select(vec![HugepageSize::Size2Mi, HugepageSize::Size1Gi]),
+            0u32..1500,
+            prop::option::of(0u32..2),
+            any::<bool>(),
+        ),
+        0..3,
+    );
+    let interface = (
+        prop::sample::select(vec!["eth0", "eth1", "eth*"]),
+        prop::option::of((
+            any::<bool>(),
+            cpu_list(),
+            prop::collection::btree_map(0u32..2, 0..CPUS, 0..3),
+        )),
+        prop::option::of((cpu_list(), prop::option::of(0u32..3000))),
+        prop::option::of(cpu_list()),
+    );
+    (
+        hugepages,
+        prop::collection::vec(interface, 0..3),
+        any::<bool>(),
+        prop::option::of(prop::sample::select(vec!["0", "1"])),
+    )
+        .prop_map(|(hp, ifs, dpdk, sack)| {
+            let mut c = NodeConfig::default();
+            for (size, count, node, mount) in hp {
+                c.hugepages.push(HugepageReservation {
+                    size,
+                    count: count.min(HUGEPAGE_LIMIT as u32),
+                    numa_node: node,
+                    mount_path: mount.then(|| match size {
+                        HugepageSize::Size2Mi => "/mnt/huge2m".to_string(),
+                        HugepageSize::Size1Gi => "/mnt/huge1g".to_string(),
+                    }),
+                });
+            }
+            for (name, irq, rps, xps) in ifs {
+                let mut e = iface(name);
+                e.irq_affinity = irq.map(|(spread, cpus, pin)| IrqAffinity {
+                    policy: if spread {
+                        IrqPolicy::Spread
+                    } else {
+                        IrqPolicy::Pin
+                    },
+                    cpus: Some(cpus),
+                    pin: pin.into_iter().map(|(q, c)| (q.to_string(), c)).collect(),
+                });
+                e.rps = rps.map(|(cpus, flow_entries)| Rps { cpus, flow_entries });
+                e.xps = xps.map(|cpus| Xps { cpus });
+                c.interfaces.push(e);
+            }
+            if dpdk {
+                let mut e = iface("eth2");
+                e.dpdk = Some(DpdkBinding::default());
+                c.interfaces.push(e);
+            }
+            if let Some(v) = sack {
+                c.sysctls
+                    .insert("net.ipv4.tcp_sack".into(), SysctlValue(v.into()));
+            }
+            c
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn apply_then_revert_leaves_every_file_and_link_as_it_was(r1 in spec(), r2 in spec()) {
+        let node = FakeNode::new();
+        let pristine = node.snapshot();
+        let mut r = node.reconciler();
+        let first = reconcile(&mut r, &node_tuning(r1.clone(), Mode::Apply));
+        // Random specs may be refused (two entries setting one queue differently); a refusal
+        // changes nothing.
+        if first.state != NodeState::Applied {
+            prop_assert_eq!(first.state, NodeState::Failed);
+            prop_assert_eq!(node.snapshot(), pristine.clone());
+        }
+        reconcile(&mut r, &node_tuning(r2, Mode::Apply));
+        prop_assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+        prop_assert_eq!(node.snapshot(), pristine);
+        prop_assert!(node.journal_is_empty());
+    }
+
+    #[test]
+    fn a_kill_at_any_write_ends_fully_applied_or_fully_reverted(
+        r1 in spec(),
+        r2 in spec(),
+        kill_at in 1usize..40,
+        withdraw in any::<bool>(),
+    ) {
+        let node = FakeNode::new();
+        let pristine = node.snapshot();
+        let mut r = node.reconciler();
+        reconcile(&mut r, &node_tuning(r1, Mode::Apply));
+        let before = node.snapshot();
+        let journal_before = JournalStore::new(node.state.path()).load().expect("journal");
+
+        let next = if withdraw { withdrawn() } else { node_tuning(r2, Mode::Apply) };
+        let desired = Desired::of(Some(&next));
+        let goal: Goal = r.expand(&desired).expect("expand").goal;
+        let blocked = !r.expand(&desired).expect("expand").blockers.is_empty();
+        if !blocked {
+            let transactor = node.transactor();
+            killed(|| {
+                let _ = transactor.execute(&goal, &mut kill_after(kill_at));
+            });
+            // The restarted agent recovers first.
+            node.transactor().recover(&mut || {}).expect("recover");
+            let journal = JournalStore::new(node.state.path()).load().expect("journal");
+            prop_assert!(journal.transaction.is_none());
+            if journal == journal_before {
+                prop_assert_eq!(node.snapshot(), before);
+            } else {
+                // It finished: the host is settled on the new goal.
+                let prepared = node.transactor().prepare(&goal, &mut || {}).expect("prepare");
+                prop_assert!(prepared.is_settled(&goal), "{:?}", prepared.plan);
+            }
+        }
+        prop_assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+        prop_assert_eq!(node.snapshot(), pristine);
+    }
+}
