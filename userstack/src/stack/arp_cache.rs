@@ -15,6 +15,8 @@ pub const REQUEST_INTERVAL: Duration = Duration::from_secs(1);
 /// Frames held while waiting for replies, over all addresses (Linux `unres_qlen` is per
 /// neighbour; one bound keeps memory fixed).
 pub const MAX_PENDING: usize = 64;
+/// Most neighbours remembered (Linux `gc_thresh3` = 1024), so ARP floods cannot grow memory.
+pub const MAX_ENTRIES: usize = 1024;
 
 /// IPv4-to-Ethernet mappings learned from ARP.
 #[derive(Debug, Default)]
@@ -49,7 +51,12 @@ impl ArpCache {
 
     /// Learns `ip` is at `mac`; returns frames that were waiting for it.
     pub fn learn(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) -> Vec<Vec<u8>> {
-        self.entries.insert(ip, (mac, now + ENTRY_LIFETIME));
+        if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(&ip) {
+            self.entries.retain(|_, (_, expires)| *expires > now);
+        }
+        if self.entries.len() < MAX_ENTRIES || self.entries.contains_key(&ip) {
+            self.entries.insert(ip, (mac, now + ENTRY_LIFETIME));
+        }
         self.last = None;
         self.last_request.remove(&ip);
         let mut ready = Vec::new();
@@ -88,6 +95,26 @@ impl ArpCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_is_bounded() {
+        let mut cache = ArpCache::new();
+        for i in 0..5000u32 {
+            cache.learn(
+                Ipv4Addr::from(0x0a00_0000 + i),
+                EthernetAddress::default(),
+                Instant::ZERO,
+            );
+        }
+        assert_eq!(cache.entries.len(), MAX_ENTRIES);
+        // Once entries expire they make room again.
+        cache.learn(
+            Ipv4Addr::new(192, 0, 2, 1),
+            EthernetAddress::default(),
+            Instant::ZERO + ENTRY_LIFETIME,
+        );
+        assert_eq!(cache.entries.len(), 1);
+    }
 
     #[test]
     fn learn_expire_and_flush_pending() {

@@ -230,3 +230,53 @@ fn readiness_events_are_coalesced_per_connection() {
         "{for_server} events queued for one connection"
     );
 }
+
+#[test]
+fn abort_resets_the_peer_and_unlisten_resets_the_unaccepted() {
+    let (mut a, mut b) = pair();
+    b.listen(80, 16).unwrap();
+    let first = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let second = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let server = b.accept(80).unwrap();
+    // Abort: the peer sees a reset; the handle is released once the RST is out.
+    b.abort(server).unwrap();
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(10));
+    assert_eq!(b.send(server, b"x"), Err(Error::InvalidHandle));
+    assert_eq!(
+        a.connection(first).unwrap().error(),
+        Some(tcp::ConnectionError::Reset)
+    );
+    // Closing the listener resets the connection still in its accept queue.
+    b.unlisten(80);
+    pump(&mut a, &mut b, now, now + Duration::from_millis(10));
+    assert_eq!(
+        a.connection(second).unwrap().error(),
+        Some(tcp::ConnectionError::Reset)
+    );
+    assert_eq!(b.connection_count(), 0);
+    assert!(b.counters().get(Counter::OutRsts) >= 2);
+}
+
+#[test]
+fn shutdown_half_closes_through_the_stack() {
+    let (mut a, mut b) = pair();
+    b.listen(80, 16).unwrap();
+    let client = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let server = b.accept(80).unwrap();
+    a.send(client, b"request").unwrap();
+    a.shutdown(client).unwrap();
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(100));
+    let mut buf = [0u8; 32];
+    assert_eq!(b.recv(server, &mut buf).unwrap(), 7);
+    assert!(b.connection(server).unwrap().is_recv_finished());
+    b.send(server, b"response").unwrap();
+    b.close(server).unwrap();
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(100));
+    assert_eq!(a.recv(client, &mut buf).unwrap(), 8);
+    assert_eq!(&buf[..8], b"response");
+    a.close(client).unwrap();
+    pump(&mut a, &mut b, now, now + Duration::from_secs(61));
+    assert_eq!(a.connection_count() + b.connection_count(), 0);
+}
