@@ -72,6 +72,8 @@ struct Procs {
     etcd: Option<Managed>,
     apiserver: Option<Managed>,
     operator: Option<Managed>,
+    /// Extra operator replicas by leader-election identity.
+    replicas: BTreeMap<String, Managed>,
     agents: BTreeMap<String, Managed>,
 }
 
@@ -356,6 +358,16 @@ impl Lab {
     }
 
     fn spawn_operator(&self) -> Result<()> {
+        // The same identity across restarts, so a restarted operator takes its lease back at
+        // once instead of waiting for it to expire.
+        let pod_name = format!("hoststack-operator-lab{}-0", self.index);
+        let operator = self.spawn_operator_process("operator", &pod_name)?;
+        self.procs().operator = Some(operator);
+        Ok(())
+    }
+
+    /// An operator process named `name` with leader-election identity `pod_name`.
+    fn spawn_operator_process(&self, name: &str, pod_name: &str) -> Result<Managed> {
         let mut args = strings(&[
             "--namespace",
             NAMESPACE,
@@ -369,16 +381,9 @@ impl Lab {
         args.extend(self.config.operator_args.iter().cloned());
         let env = vec![
             kv("KUBECONFIG", self.kubeconfig_of(Identity::Operator)),
-            // The same identity across restarts, so a restarted operator takes its lease back
-            // at once instead of waiting for it to expire.
-            kv(
-                "POD_NAME",
-                format!("hoststack-operator-lab{}-0", self.index),
-            ),
+            kv("POD_NAME", pod_name),
         ];
-        let operator = self.spawn("operator", &self.bins.operator, &args, &env)?;
-        self.procs().operator = Some(operator);
-        Ok(())
+        self.spawn(name, &self.bins.operator, &args, &env)
     }
 
     /// Whether the operator binary knows `flag` (per its `--help`).
@@ -474,6 +479,7 @@ impl Lab {
 
         // Operator and agents first, all at once, while the API server still answers them.
         let mut workload: Vec<Managed> = procs.operator.take().into_iter().collect();
+        workload.extend(std::mem::take(&mut procs.replicas).into_values());
         workload.extend(std::mem::take(&mut procs.agents).into_values());
         for p in &mut workload {
             let _ = p.signal(Signal::Term);
@@ -600,11 +606,13 @@ impl Lab {
             etcd,
             apiserver,
             operator,
+            replicas,
             agents,
         } = &mut *procs;
         [etcd, apiserver, operator]
             .into_iter()
             .flatten()
+            .chain(replicas.values_mut())
             .chain(agents.values_mut())
             .filter_map(|p| p.exited().is_none().then(|| (p.name.clone(), p.pid())))
             .collect()
@@ -774,6 +782,33 @@ impl Lab {
             .unwrap_or_else(|e| panic!("starting the operator: {e}"));
     }
 
+    /// Starts one more operator replica with leader-election identity `pod_name`: the lab
+    /// operator's arguments and credentials, log `operator-<pod_name>`, listed by
+    /// [`Lab::processes`] as "operator <pod_name>", stopped with the lab. Panics if a replica
+    /// of that name runs.
+    pub fn start_operator_replica(&self, pod_name: &str) {
+        let running = self
+            .procs()
+            .replicas
+            .get_mut(pod_name)
+            .is_some_and(|p| p.exited().is_none());
+        assert!(!running, "operator replica {pod_name} is already running");
+        let replica = self
+            .spawn_operator_process(&format!("operator {pod_name}"), pod_name)
+            .unwrap_or_else(|e| panic!("starting operator replica {pod_name}: {e}"));
+        self.procs().replicas.insert(pod_name.to_string(), replica);
+    }
+
+    /// Stops the operator replica `pod_name` (SIGTERM, then SIGKILL after 5 s), if it runs.
+    pub fn stop_operator_replica(&self, pod_name: &str) {
+        let replica = self.procs().replicas.remove(pod_name);
+        if let Some(mut replica) = replica {
+            replica
+                .stop(GRACE)
+                .unwrap_or_else(|e| panic!("stopping operator replica {pod_name}: {e}"));
+        }
+    }
+
     /// Stops and starts the operator (same leader-election identity).
     pub fn restart_operator(&self) {
         self.stop_operator();
@@ -838,11 +873,13 @@ impl Lab {
                 etcd,
                 apiserver,
                 operator,
+                replicas,
                 agents,
             } = &mut *procs;
             for p in [etcd, apiserver, operator]
                 .into_iter()
                 .flatten()
+                .chain(replicas.values_mut())
                 .chain(agents.values_mut())
             {
                 let state = match p.exited() {
@@ -853,6 +890,12 @@ impl Lab {
             }
         }
         let mut logs = vec!["operator".to_string()];
+        logs.extend(
+            self.procs()
+                .replicas
+                .values()
+                .map(|p| p.name.replace(' ', "-")),
+        );
         logs.extend(self.nodes.iter().map(|n| format!("agent-{}", n.spec.name)));
         for log in logs {
             let path = self.log_path(&log);

@@ -173,7 +173,8 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
     let rmem = lab.sysctl("node-c", "net.ipv4.tcp_rmem");
     assert_eq!(rmem.split(' ').count(), 3, "{rmem:?}");
 
-    // The operator and one agent per node run.
+    // The operator and one agent per node run; an extra operator replica runs beside them.
+    lab.start_operator_replica("replica-2");
     let processes = lab.processes();
     let names: Vec<&str> = processes.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
@@ -182,6 +183,7 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
             "etcd",
             "kube-apiserver",
             "operator",
+            "operator replica-2",
             "agent node-a",
             "agent node-b",
             "agent node-c"
