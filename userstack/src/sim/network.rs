@@ -189,11 +189,6 @@ impl Network {
         self.ports[from].len() - 1
     }
 
-    /// Number of ports of `node` so far.
-    pub fn port_count(&self, node: usize) -> usize {
-        self.ports[node].len()
-    }
-
     /// The node at `index`.
     pub fn node(&self, index: usize) -> &Node {
         &self.nodes[index]

@@ -436,11 +436,6 @@ impl Stack {
         &mut self.pool
     }
 
-    /// Returns a frame buffer obtained from [`Stack::egress`] for reuse.
-    pub fn recycle(&mut self, frame: Vec<u8>) {
-        self.pool.put(frame);
-    }
-
     // ------------------------------------------------------------------ internals
 
     fn iss(&self, tuple: &FourTuple) -> SeqNumber {

@@ -236,6 +236,15 @@ mod tests {
         sample().emit(&mut buf);
         let packet = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(Ipv4Repr::parse(&packet), Ok(sample()));
+        assert_eq!(
+            packet.header_checksum(),
+            checksum::checksum(&{
+                let mut h = buf[..HEADER_LEN].to_vec();
+                h[10] = 0;
+                h[11] = 0;
+                h
+            })
+        );
         buf[15] ^= 1;
         let packet = Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(Ipv4Repr::parse(&packet), Err(ParseError::BadChecksum));
