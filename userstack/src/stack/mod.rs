@@ -25,8 +25,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Headers in front of a TCP segment in a frame: Ethernet II and a 20-byte IPv4 header.
 const TCP_OFFSET: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-/// Largest frame we build: Ethernet header plus a 1500-byte MTU.
-pub const MAX_FRAME_LEN: usize = ethernet::HEADER_LEN + 1500;
+/// The default IP MTU (Ethernet).
+pub const DEFAULT_MTU: usize = 1500;
 
 /// Configuration of one stack instance.
 #[derive(Clone, Copy, Debug)]
@@ -49,6 +49,9 @@ pub struct StackConfig {
     pub somaxconn: usize,
     /// Ephemeral port range (`net.ipv4.ip_local_port_range` = 32768 60999).
     pub ephemeral_ports: (u16, u16),
+    /// IP MTU of the device; frames are at most 14 + `mtu` bytes and every connection's MSS
+    /// is capped at `mtu` − 40.
+    pub mtu: usize,
     /// The device verified TCP checksums of received frames (NIC rx checksum offload).
     pub rx_checksum_offload: bool,
     /// The device completes TCP checksums of transmitted segments (NIC tx checksum offload).
@@ -68,6 +71,7 @@ impl StackConfig {
             syn_backlog: 4096,
             somaxconn: 4096,
             ephemeral_ports: (32768, 60999),
+            mtu: DEFAULT_MTU,
             rx_checksum_offload: false,
             tx_checksum_offload: false,
         }
@@ -180,7 +184,7 @@ impl Stack {
             listeners: HashMap::new(),
             arp: ArpCache::new(),
             wheel: TimerWheel::new(1_000_000, now),
-            pool: BufferPool::new(MAX_FRAME_LEN, 4096),
+            pool: BufferPool::new(ethernet::HEADER_LEN + config.mtu.max(576), 4096),
             tx_queue: Vec::new(),
             dirty: Vec::new(),
             ready: Vec::new(),
@@ -224,6 +228,7 @@ impl Stack {
             return Err(Error::AddressInUse);
         }
         let backlog = backlog.clamp(1, self.config.somaxconn);
+        let config = self.fit_to_mtu(config);
         self.listeners.insert(
             port,
             Listener::new(config, backlog, self.config.syn_backlog),
@@ -260,6 +265,7 @@ impl Stack {
         remote: SocketAddrV4,
         config: tcp::Config,
     ) -> Result<SocketHandle, Error> {
+        let config = self.fit_to_mtu(config);
         let (low, high) = self.config.ephemeral_ports;
         let span = u32::from(high - low) + 1;
         for _ in 0..span {
@@ -437,6 +443,13 @@ impl Stack {
     }
 
     // ------------------------------------------------------------------ internals
+
+    /// Caps the MSS so a full segment fits the device MTU (IPv4 and TCP headers: 40 bytes).
+    fn fit_to_mtu(&self, mut config: tcp::Config) -> tcp::Config {
+        let limit = self.config.mtu.max(576) - 40;
+        config.mss = config.mss.min(u16::try_from(limit).unwrap_or(u16::MAX));
+        config
+    }
 
     fn iss(&self, tuple: &FourTuple) -> SeqNumber {
         // RFC 6528: ISN = M + F(4-tuple, secret), M a 4-microsecond clock.

@@ -280,3 +280,27 @@ fn shutdown_half_closes_through_the_stack() {
     pump(&mut a, &mut b, now, now + Duration::from_secs(61));
     assert_eq!(a.connection_count() + b.connection_count(), 0);
 }
+
+#[test]
+fn mss_follows_the_device_mtu() {
+    let mut small = StackConfig::new(MAC_A, IP_A, 24);
+    small.mtu = 1000;
+    small.tcp.mss = 9000;
+    let mut a = Stack::new(small, Instant::ZERO);
+    let mut big = StackConfig::new(MAC_B, IP_B, 24);
+    big.mtu = 9000;
+    big.tcp.mss = 8960;
+    big.secret = 2;
+    let mut b = Stack::new(big, Instant::ZERO);
+    b.listen(80, 4).unwrap();
+    let client = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let server = b.accept(80).unwrap();
+    assert_eq!(a.connection(client).unwrap().send_mss(), 960 - 12);
+    assert_eq!(b.connection(server).unwrap().send_mss(), 960 - 12);
+    let data = vec![3u8; 20_000];
+    b.send(server, &data).unwrap();
+    pump(&mut a, &mut b, now, now + Duration::from_millis(200));
+    let mut buf = vec![0u8; 30_000];
+    assert_eq!(a.recv(client, &mut buf).unwrap(), 20_000);
+}
