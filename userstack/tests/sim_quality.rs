@@ -36,7 +36,23 @@ fn eight_flows_share_the_bottleneck_fairly() {
     let mut scenario = load("eight-flows-dumbbell");
     scenario.duration_ms = 10_000;
     scenario.warmup_ms = 5_000;
-    let reports: Vec<Report> = SEEDS.iter().map(|&seed| run(&scenario, seed)).collect();
+    // The heaviest check: run the seeds on parallel threads (runs are independent and each
+    // is deterministic).
+    let reports: Vec<Report> = std::thread::scope(|scope| {
+        let handles: Vec<_> = SEEDS
+            .iter()
+            .map(|&seed| {
+                scope.spawn({
+                    let scenario = &scenario;
+                    move || run(scenario, seed)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("simulation thread"))
+            .collect()
+    });
     let utilization = median(&reports.iter().map(|r| r.utilization).collect::<Vec<_>>());
     let jain = median(&reports.iter().map(|r| r.jain_index).collect::<Vec<_>>());
     assert!(
