@@ -72,6 +72,9 @@ pub struct Config {
     /// Tail loss probes (RFC 8985 section 7; Linux `tcp_early_retrans` = 3 enables them):
     /// a lost tail is repaired after about two RTTs instead of a full RTO. SACK only.
     pub tail_loss_probe: bool,
+    /// HyStart++ (RFC 9406) in the initial slow start (Linux CUBIC's `hystart` = 1 runs the
+    /// older HyStart; this is its standardised successor).
+    pub hystart: bool,
     /// Largest number of out-of-order ranges held in the receive buffer.
     pub max_ooo_ranges: usize,
 }
@@ -106,6 +109,7 @@ impl Default for Config {
             dupthresh: 3,
             undo_on_dsack: true,
             tail_loss_probe: true,
+            hystart: true,
             max_ooo_ranges: 1024,
         }
     }

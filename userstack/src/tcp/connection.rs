@@ -4,6 +4,7 @@
 use super::assembler::{Added, Assembler};
 use super::config::Config;
 use super::congestion::{new_controller, CongestionControl};
+use super::hystart::{Growth, HyStart};
 use super::ring_buffer::RingBuffer;
 use super::rtt::RttEstimator;
 use super::scoreboard::{Scoreboard, SentSegment};
@@ -192,6 +193,7 @@ pub struct Connection {
     cwnd_blocked: bool,
     /// Send time of the most recently sent segment known delivered (RFC 8985 RACK.xmit_ts).
     rack_delivered_sent_at: Option<Instant>,
+    hystart: HyStart,
     cc: Box<dyn CongestionControl>,
 
     counters: Counters,
@@ -280,6 +282,7 @@ impl Connection {
             dupacks: 0,
             cwnd_blocked: false,
             rack_delivered_sent_at: None,
+            hystart: HyStart::new(config.hystart),
             cc: new_controller(
                 config.congestion,
                 u32::from(config.mss),
@@ -930,7 +933,8 @@ impl Connection {
                 }
                 _ => None,
             };
-            if let Some(rtt) = ts_sample.or(removed.rtt_sent_at.map(|sent| now - sent)) {
+            let rtt_sample = ts_sample.or(removed.rtt_sent_at.map(|sent| now - sent));
+            if let Some(rtt) = rtt_sample {
                 self.rtt.sample(rtt);
             }
             self.snd_una = ack;
@@ -966,12 +970,22 @@ impl Connection {
                         self.scoreboard.mark_first_lost();
                     }
                 }
-                None => self.cc.on_ack(
-                    now,
-                    acked,
-                    self.rtt.srtt().unwrap_or_default(),
-                    cwnd_limited,
-                ),
+                None => {
+                    let srtt = self.rtt.srtt().unwrap_or_default();
+                    let growth = if self.cc.cwnd() < self.cc.ssthresh() {
+                        self.hystart
+                            .on_ack(ack, self.snd_nxt, acked, self.send_mss, rtt_sample)
+                    } else {
+                        Growth::Unchanged
+                    };
+                    match growth {
+                        Growth::SlowStart(n) | Growth::Conservative(n) => {
+                            self.cc.on_ack(now, n, srtt, cwnd_limited)
+                        }
+                        Growth::ExitSlowStart => self.cc.exit_slow_start(),
+                        Growth::Unchanged => self.cc.on_ack(now, acked, srtt, cwnd_limited),
+                    }
+                }
             }
         } else if ack == self.snd_una
             && seg.payload.is_empty()
@@ -1011,6 +1025,7 @@ impl Connection {
 
     fn enter_recovery(&mut self, now: Instant, counter: Counter) {
         self.counters.bump(counter);
+        self.hystart.stop();
         self.tlp_deadline = None;
         self.tlp_due = false;
         self.recovery = Some(Recovery {
@@ -1274,6 +1289,7 @@ impl Connection {
                     return;
                 }
                 self.counters.bump(Counter::TCPTimeouts);
+                self.hystart.stop();
                 let flight = self.flight_size();
                 self.cc.on_retransmission_timeout(now, flight);
                 self.scoreboard.mark_all_lost();

@@ -4,6 +4,7 @@ mod assembler;
 pub mod config;
 pub mod congestion;
 mod connection;
+mod hystart;
 mod ring_buffer;
 mod rtt;
 mod scoreboard;

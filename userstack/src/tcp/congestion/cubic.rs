@@ -144,6 +144,12 @@ impl CongestionControl for Cubic {
         }
     }
 
+    fn exit_slow_start(&mut self) {
+        // The next ACK starts an epoch with W_max = cwnd (RFC 9438 section 4.10).
+        self.ssthresh = self.cwnd_bytes;
+        self.epoch_start = None;
+    }
+
     fn set_cwnd(&mut self, cwnd: u32) {
         self.cwnd = (f64::from(cwnd) / f64::from(self.mss)).max(1.0);
         self.sync();

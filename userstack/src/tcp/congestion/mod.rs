@@ -27,6 +27,8 @@ pub trait CongestionControl: Debug + Send {
     /// Every retransmission of the last episode proved spurious (RFC 2883): restore the state
     /// from before the episode.
     fn undo(&mut self);
+    /// Slow start ends without a loss (HyStart++): ssthresh becomes cwnd.
+    fn exit_slow_start(&mut self);
     /// Overrides cwnd (used on leaving recovery and for restart after idle).
     fn set_cwnd(&mut self, cwnd: u32);
 }

@@ -78,6 +78,10 @@ impl CongestionControl for NewReno {
         }
     }
 
+    fn exit_slow_start(&mut self) {
+        self.ssthresh = self.cwnd;
+    }
+
     fn set_cwnd(&mut self, cwnd: u32) {
         self.cwnd = cwnd.max(self.mss);
     }
