@@ -174,7 +174,11 @@ impl Reconciler {
             if item.message.is_some() {
                 continue;
             }
-            if irqbalance && item.kind == Kind::IrqAffinity.as_str() {
+            let in_effect = matches!(
+                item.state,
+                ItemState::Applied | ItemState::Unchanged | ItemState::WouldChange
+            );
+            if irqbalance && in_effect && item.kind == Kind::IrqAffinity.as_str() {
                 item.message = Some(
                     "warning: irqbalance is running and may move this IRQ again; stop it or ban                      the IRQ (IRQBALANCE_BANNED_CPUS/--banirq)"
                         .into(),

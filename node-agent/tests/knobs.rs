@@ -14,6 +14,7 @@ use std::io;
 use std::os::unix::fs::symlink;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ struct FakeKernel {
     proc_: PathBuf,
     /// Each PCI device's own driver and its netdev.
     native: BTreeMap<String, (String, String)>,
+    /// The agent "dies" (SIGKILL) just before this call to the kernel (1-based; 0: never).
+    kill_at: usize,
+    calls: AtomicUsize,
 }
 
 fn einval() -> io::Error {
@@ -53,6 +57,14 @@ fn libc_einval() -> i32 {
 }
 
 impl FakeKernel {
+    /// Counts a call, dying before it when it is the fatal one.
+    fn call(&self) {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.kill_at {
+            panic::panic_any(Killed);
+        }
+    }
+
     fn device(&self, pci: &str) -> PathBuf {
         self.sys.join("bus/pci/devices").join(pci)
     }
@@ -64,6 +76,7 @@ impl FakeKernel {
 
 impl Kernel for FakeKernel {
     fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.call();
         let text = String::from_utf8_lossy(bytes).trim().to_string();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if !path.exists() {
@@ -139,6 +152,7 @@ impl Kernel for FakeKernel {
     }
 
     fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()> {
+        self.call();
         if !dir.is_dir() {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
@@ -152,6 +166,7 @@ impl Kernel for FakeKernel {
     }
 
     fn unmount(&self, dir: &Path) -> io::Result<()> {
+        self.call();
         let info = self.proc_.join("self/mountinfo");
         let text = fs::read_to_string(&info)?;
         let mut lines: Vec<&str> = text.lines().collect();
@@ -320,6 +335,11 @@ impl FakeNode {
     }
 
     fn host(&self) -> Host {
+        self.host_killed_at(0)
+    }
+
+    /// The host of an agent that dies just before its `kill_at`th kernel call.
+    fn host_killed_at(&self, kill_at: usize) -> Host {
         let native = NICS
             .iter()
             .map(|(name, pci, driver, _, _)| {
@@ -330,6 +350,8 @@ impl FakeNode {
             sys: self.sys(),
             proc_: self.proc_(),
             native,
+            kill_at,
+            calls: AtomicUsize::new(0),
         };
         let roots = Roots {
             proc_root: self.proc_(),
@@ -933,6 +955,47 @@ proptest! {
                 prop_assert_eq!(node.snapshot(), before);
             } else {
                 // It finished: the host is settled on the new goal.
+                let prepared = node.transactor().prepare(&goal, &mut || {}).expect("prepare");
+                prop_assert!(prepared.is_settled(&goal), "{:?}", prepared.plan);
+            }
+        }
+        prop_assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+        prop_assert_eq!(node.snapshot(), pristine);
+    }
+
+    #[test]
+    fn a_kill_inside_any_kernel_call_sequence_ends_fully_applied_or_fully_reverted(
+        r1 in spec(),
+        r2 in spec(),
+        kill_at in 1usize..60,
+        withdraw in any::<bool>(),
+    ) {
+        // Finer than a kill after a setting's write: the agent dies before any single kernel
+        // call, e.g. between driver_override and unbind, or between mkdir and mount.
+        let node = FakeNode::new();
+        let pristine = node.snapshot();
+        let mut r = node.reconciler();
+        reconcile(&mut r, &node_tuning(r1, Mode::Apply));
+        let before = node.snapshot();
+        let journal_before = JournalStore::new(node.state.path()).load().expect("journal");
+
+        let next = if withdraw { withdrawn() } else { node_tuning(r2, Mode::Apply) };
+        let expanded = r.expand(&Desired::of(Some(&next))).expect("expand");
+        if expanded.blockers.is_empty() {
+            let goal = expanded.goal;
+            let dying = Transactor::new(
+                node.host_killed_at(kill_at),
+                JournalStore::new(node.state.path()),
+            );
+            killed(|| {
+                let _ = dying.execute(&goal, &mut || {});
+            });
+            node.transactor().recover(&mut || {}).expect("recover");
+            let journal = JournalStore::new(node.state.path()).load().expect("journal");
+            prop_assert!(journal.transaction.is_none());
+            if journal == journal_before {
+                prop_assert_eq!(node.snapshot(), before);
+            } else {
                 let prepared = node.transactor().prepare(&goal, &mut || {}).expect("prepare");
                 prop_assert!(prepared.is_settled(&goal), "{:?}", prepared.plan);
             }
