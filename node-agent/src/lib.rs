@@ -1,12 +1,13 @@
 //! hoststack-agent: the per-node daemon that applies its node's `NodeTuning` to the host.
 //!
 //! The agent watches only its own NodeTuning. For each desired state it runs one journaled,
-//! all-or-nothing transaction over the host settings (only sysctls so far), verifies every write
-//! by reading it back, and reports per-item results, conditions and host facts in the
+//! all-or-nothing transaction over the host settings (hugepages, hugetlbfs mounts, sysctls, IRQ
+//! affinity, RPS/XPS, DPDK binding), verifies every write by reading it back, and reports per-item results, conditions and host facts in the
 //! NodeTuning's status. Withdrawing the spec restores every original value from the journal.
 //!
 //! The layout follows "pure core, thin I/O shell":
-//! - [`transaction::plan`] decides what to write from (desired, journal, current values) and
+//! - [`expand::expand`] turns a node config and what discovery found on the host into settings;
+//!   [`transaction::plan`] decides what to write from (desired, journal, current values) and
 //!   touches nothing; [`transaction::Transactor`] carries a plan out against the host.
 //! - [`reconciler::Reconciler`] decides, for one desired state, whether to plan, apply, revert or
 //!   re-report, and remembers failed revisions; [`controller`] connects it to the API server.
