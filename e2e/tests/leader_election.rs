@@ -1,20 +1,9 @@
 //! Two operator replicas are safe: one holds the Lease and reconciles; when it stops, the other
 //! takes the lease over and carries on.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hoststack_e2e::{Identity, Lab, LabConfig};
-
-/// A second operator replica, killed when dropped (also when the test fails).
-struct Replica(Child);
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use hoststack_e2e::{Lab, LabConfig};
 
 fn lease_holder(lab: &Lab) -> String {
     let out = lab.kubectl(&[
@@ -42,30 +31,7 @@ fn a_second_replica_waits_then_takes_over() {
     );
     assert_ne!(first, "replica-2");
 
-    // The operator binary beside this test's own (target/debug/deps/.. → target/debug).
-    let exe = std::env::current_exe().expect("test binary path");
-    let operator = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("hoststack-operator");
-    let log = std::fs::File::create(lab.dir().join("logs/operator-replica-2.log")).expect("log");
-    let second = Replica(
-        Command::new(operator)
-            .args([
-                "--namespace",
-                "hoststack-system",
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-            ])
-            .env("KUBECONFIG", lab.kubeconfig_of(Identity::Operator))
-            .env("POD_NAME", "replica-2")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("the second replica starts"),
-    );
+    lab.start_operator_replica("replica-2");
 
     // While the first leads, the second only waits: the lease stays with the first.
     std::thread::sleep(Duration::from_secs(3));
@@ -106,6 +72,6 @@ fn a_second_replica_waits_then_takes_over() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    drop(second);
+    lab.stop_operator_replica("replica-2");
     lab.stop().expect("the lab stops cleanly");
 }

@@ -11,6 +11,7 @@ pub mod controller;
 pub mod daemonset;
 pub mod leader;
 pub mod metrics;
+pub mod rollout;
 pub mod selection;
 pub mod status;
 

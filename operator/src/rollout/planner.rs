@@ -1,0 +1,581 @@
+//! The rollout planner: a pure function from (strategy, what the nodes report, the rollout's
+//! progress so far, the analysis verdict, now) to the revision each node should run next and
+//! the rollout's new progress. No cluster, no clock, no I/O: every transition is a table test.
+//!
+//! A rollout moves a tuning's nodes from the stable revision to the current one in waves: the
+//! canary first (nodes labelled hoststack.dev/canary=true preferred), then waves of at most
+//! `maxUnavailable` nodes. A wave is done when every node in it applied the revision, its pause
+//! has elapsed and it was judged (or promoted by hand). A node that fails, or a failed analysis,
+//! rolls every updated node back to the stable revision (or halts, without autoRollback); only a
+//! new revision tries again. An inconclusive analysis pauses; it never counts as a pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// What the rollout settings resolve to for a given number of matched nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strategy {
+    /// Nodes in the canary wave (at least 1, at most `max_unavailable`).
+    pub canary: usize,
+    /// Most nodes changing at once (at least 1).
+    pub max_unavailable: usize,
+    /// Wait after the canary applied, before it may be promoted.
+    pub pause_after_canary: Duration,
+    /// Wait after each later wave applied.
+    pub pause_between_waves: Duration,
+    /// Roll back on failure (else halt).
+    pub auto_rollback: bool,
+    /// Hold where it is.
+    pub paused: bool,
+    /// Every wave needs a verdict (analysis or promotion by hand) before the next one.
+    pub judged: bool,
+}
+
+/// A count or a percentage of `total`, rounded up, at least 1 and at most `total.max(1)`.
+pub fn resolve_count(value: Option<&str>, total: usize, default: usize) -> Result<usize, String> {
+    let n = match value {
+        None => default,
+        Some(v) => match v.strip_suffix('%') {
+            Some(p) => {
+                let p: usize = p
+                    .parse()
+                    .map_err(|_| format!("{v:?} is not a percentage"))?;
+                if p > 100 {
+                    return Err(format!("{v:?} is over 100%"));
+                }
+                (total * p).div_ceil(100)
+            }
+            None => v
+                .parse()
+                .map_err(|_| format!("{v:?} is neither a count nor a percentage"))?,
+        },
+    };
+    Ok(n.clamp(1, total.max(1)))
+}
+
+/// A node as the planner sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// Labelled hoststack.dev/canary=true.
+    pub canary_label: bool,
+    /// Its agent has reported recently; unavailable nodes are never rolled onto.
+    pub available: bool,
+    /// What its agent reports about the current revision.
+    pub report: Report,
+}
+
+/// An agent's report about one revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Report {
+    /// Not applied (yet).
+    Pending,
+    /// Applied and verified.
+    Applied,
+    /// Failed, with the reason.
+    Failed(String),
+}
+
+/// The judgement of the wave in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not judged yet (the window is still open, or nobody promoted).
+    Pending,
+    /// Judged good (analysis passed, or promoted by hand).
+    Pass,
+    /// Judged bad.
+    Fail(String),
+    /// The measurement was empty or failed: pause, never promote.
+    Inconclusive(String),
+}
+
+/// Where the rollout stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Waves are being applied or judged.
+    Progressing,
+    /// Held: by `paused`, or by an inconclusive analysis (the reason says which).
+    Paused(String),
+    /// Every available node runs the revision.
+    Complete,
+    /// Updated nodes went back to the stable revision (the reason says why).
+    RolledBack(String),
+    /// A failure without autoRollback: nothing moves until a new revision.
+    Halted(String),
+}
+
+/// One wave: its nodes and when it finished applying.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wave {
+    /// The nodes changed in this wave.
+    pub nodes: Vec<String>,
+    /// When every node of the wave had applied (the start of its pause), in seconds.
+    pub applied_at: Option<u64>,
+}
+
+/// The rollout's memory, kept in the tuning's status between reconciles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The revision being rolled out.
+    pub revision: String,
+    /// The revision every node ran before (absent for a first rollout).
+    pub stable: Option<String>,
+    /// The waves so far; the last one is in flight unless the rollout ended.
+    pub waves: Vec<Wave>,
+    /// Where the rollout stands.
+    pub state: State,
+}
+
+impl Progress {
+    /// A fresh rollout of `revision` from `stable`.
+    pub fn start(revision: &str, stable: Option<&str>) -> Self {
+        Progress {
+            revision: revision.into(),
+            stable: stable.map(Into::into),
+            waves: Vec::new(),
+            state: State::Progressing,
+        }
+    }
+
+    /// Nodes put on the revision by some wave.
+    pub fn updated(&self) -> BTreeSet<&str> {
+        self.waves
+            .iter()
+            .flat_map(|w| w.nodes.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+/// The planner's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The revision each node should run: the rollout's, the stable one, or `None` (no
+    /// revision yet: nothing of this tuning on the node).
+    pub revisions: BTreeMap<String, Option<String>>,
+    /// The rollout's new memory.
+    pub progress: Progress,
+    /// When to look again at the latest (a pause ends), in seconds from now.
+    pub requeue_after: Option<u64>,
+}
+
+/// One planning step.
+pub fn plan(
+    strategy: &Strategy,
+    previous: &Progress,
+    nodes: &[NodeView],
+    verdict: &Verdict,
+    now: u64,
+) -> Decision {
+    let mut progress = previous.clone();
+    let mut requeue_after = None;
+    let reports: BTreeMap<&str, &NodeView> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+
+    if matches!(progress.state, State::Progressing | State::Paused(_)) {
+        step(
+            strategy,
+            &mut progress,
+            &reports,
+            nodes,
+            verdict,
+            now,
+            &mut requeue_after,
+        );
+    }
+
+    let updated: BTreeSet<String> = progress.updated().into_iter().map(String::from).collect();
+    let revisions = nodes
+        .iter()
+        .map(|n| {
+            let revision = match &progress.state {
+                State::RolledBack(_) => progress.stable.clone(),
+                _ if updated.contains(&n.name) => Some(progress.revision.clone()),
+                _ => progress.stable.clone(),
+            };
+            (n.name.clone(), revision)
+        })
+        .collect();
+    Decision {
+        revisions,
+        progress,
+        requeue_after,
+    }
+}
+
+/// Advances a live rollout by at most one wave.
+fn step(
+    strategy: &Strategy,
+    progress: &mut Progress,
+    reports: &BTreeMap<&str, &NodeView>,
+    nodes: &[NodeView],
+    verdict: &Verdict,
+    now: u64,
+    requeue_after: &mut Option<u64>,
+) {
+    let fail = |progress: &mut Progress, reason: String| {
+        progress.state = if strategy.auto_rollback {
+            State::RolledBack(reason)
+        } else {
+            State::Halted(reason)
+        };
+    };
+    // A failure anywhere in the updated nodes ends the rollout.
+    let failure = progress
+        .updated()
+        .into_iter()
+        .find_map(|node| match reports.get(node) {
+            Some(NodeView {
+                report: Report::Failed(why),
+                ..
+            }) => Some(format!(
+                "{node} failed to apply {}: {why}",
+                progress.revision
+            )),
+            _ => None,
+        });
+    if let Some(reason) = failure {
+        fail(progress, reason);
+        return;
+    }
+    if let Some(wave) = progress.waves.last_mut() {
+        let applied = wave.nodes.iter().all(|n| {
+            reports
+                .get(n.as_str())
+                .is_none_or(|v| v.report == Report::Applied)
+        });
+        if !applied {
+            progress.state = State::Progressing;
+            return;
+        }
+        let applied_at = *wave.applied_at.get_or_insert(now);
+        let pause = if progress.waves.len() == 1 {
+            strategy.pause_after_canary
+        } else {
+            strategy.pause_between_waves
+        };
+        let ready_at = applied_at + pause.as_secs();
+        if now < ready_at {
+            *requeue_after = Some(ready_at - now);
+            progress.state = State::Progressing;
+            return;
+        }
+        if strategy.judged {
+            match verdict {
+                Verdict::Pass => {}
+                Verdict::Pending => {
+                    progress.state = State::Progressing;
+                    return;
+                }
+                Verdict::Fail(why) => {
+                    fail(progress, format!("analysis failed: {why}"));
+                    return;
+                }
+                Verdict::Inconclusive(why) => {
+                    progress.state = State::Paused(format!("analysis inconclusive: {why}"));
+                    return;
+                }
+            }
+        }
+    }
+    if strategy.paused {
+        progress.state = State::Paused("rollout.paused is set".into());
+        return;
+    }
+    // The next wave: available nodes not yet updated, canaries (by label, then name) first.
+    let updated = progress.updated();
+    let mut candidates: Vec<&NodeView> = nodes
+        .iter()
+        .filter(|n| n.available && !updated.contains(n.name.as_str()))
+        .collect();
+    if candidates.is_empty() {
+        progress.state = State::Complete;
+        return;
+    }
+    candidates.sort_by(|a, b| {
+        b.canary_label
+            .cmp(&a.canary_label)
+            .then(a.name.cmp(&b.name))
+    });
+    let size = if progress.waves.is_empty() {
+        strategy.canary.min(strategy.max_unavailable)
+    } else {
+        strategy.max_unavailable
+    };
+    let nodes = candidates
+        .iter()
+        .take(size)
+        .map(|n| n.name.clone())
+        .collect();
+    progress.waves.push(Wave {
+        nodes,
+        applied_at: None,
+    });
+    progress.state = State::Progressing;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::{any, prop_assert, proptest};
+
+    fn strategy() -> Strategy {
+        Strategy {
+            canary: 1,
+            max_unavailable: 2,
+            pause_after_canary: Duration::from_secs(30),
+            pause_between_waves: Duration::from_secs(0),
+            auto_rollback: true,
+            paused: false,
+            judged: true,
+        }
+    }
+
+    fn node(name: &str, report: Report) -> NodeView {
+        NodeView {
+            name: name.into(),
+            canary_label: false,
+            available: true,
+            report,
+        }
+    }
+
+    fn on(d: &Decision, rev: Option<&str>) -> Vec<String> {
+        d.revisions
+            .iter()
+            .filter(|(_, r)| r.as_deref() == rev)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    #[test]
+    fn counts_and_percentages_round_up_within_bounds() {
+        let table = [
+            (None, 10, 1, Ok(1)),
+            (Some("3"), 10, 1, Ok(3)),
+            (Some("25%"), 10, 1, Ok(3)),
+            (Some("0"), 10, 1, Ok(1)),
+            (Some("50"), 4, 1, Ok(4)),
+            (Some("1%"), 0, 1, Ok(1)),
+            (Some("x"), 10, 1, Err(())),
+            (Some("120%"), 10, 1, Err(())),
+        ];
+        for (v, total, default, want) in table {
+            assert_eq!(
+                resolve_count(v, total, default).map_err(|_| ()),
+                want,
+                "{v:?} of {total}"
+            );
+        }
+    }
+
+    #[test]
+    fn canary_first_preferring_the_label() {
+        let mut nodes = vec![
+            node("a", Report::Pending),
+            node("b", Report::Pending),
+            node("c", Report::Pending),
+        ];
+        nodes[2].canary_label = true;
+        let d = plan(
+            &strategy(),
+            &Progress::start("r2", Some("r1")),
+            &nodes,
+            &Verdict::Pending,
+            0,
+        );
+        assert_eq!(on(&d, Some("r2")), vec!["c"]);
+        assert_eq!(on(&d, Some("r1")), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn a_wave_waits_for_apply_pause_and_verdict() {
+        let s = strategy();
+        let mut nodes = vec![
+            node("a", Report::Pending),
+            node("b", Report::Pending),
+            node("c", Report::Pending),
+        ];
+        let d = plan(
+            &s,
+            &Progress::start("r2", Some("r1")),
+            &nodes,
+            &Verdict::Pending,
+            0,
+        );
+        assert_eq!(d.progress.waves.len(), 1);
+        // Applied at t=10: the pause runs until t=40.
+        nodes[0].report = Report::Applied;
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 10);
+        assert_eq!((d.progress.waves.len(), d.requeue_after), (1, Some(30)));
+        // Pause over, not judged yet.
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pending, 40);
+        assert_eq!(d.progress.waves.len(), 1);
+        // Judged good: the next wave takes up to maxUnavailable nodes.
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 41);
+        assert_eq!(on(&d, Some("r2")), vec!["a", "b", "c"]);
+        nodes[1].report = Report::Applied;
+        nodes[2].report = Report::Applied;
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 42);
+        assert_eq!(d.progress.state, State::Complete);
+    }
+
+    #[test]
+    fn a_failed_canary_rolls_back_and_others_are_never_touched() {
+        let s = strategy();
+        let mut nodes = vec![node("a", Report::Pending), node("b", Report::Pending)];
+        let d = plan(
+            &s,
+            &Progress::start("r2", Some("r1")),
+            &nodes,
+            &Verdict::Pending,
+            0,
+        );
+        nodes[0].report = Report::Failed("EINVAL".into());
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pending, 5);
+        assert!(matches!(d.progress.state, State::RolledBack(ref r) if r.contains("a failed")));
+        assert_eq!(on(&d, Some("r1")), vec!["a", "b"]);
+        // It stays rolled back: only a new revision tries again.
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 100);
+        assert_eq!(on(&d, Some("r2")), Vec::<String>::new());
+    }
+
+    #[test]
+    fn without_auto_rollback_a_failure_halts() {
+        let s = Strategy {
+            auto_rollback: false,
+            ..strategy()
+        };
+        let mut nodes = vec![node("a", Report::Pending), node("b", Report::Pending)];
+        let d = plan(
+            &s,
+            &Progress::start("r2", Some("r1")),
+            &nodes,
+            &Verdict::Pending,
+            0,
+        );
+        nodes[0].report = Report::Failed("EINVAL".into());
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 5);
+        assert!(matches!(d.progress.state, State::Halted(_)));
+        assert_eq!(on(&d, Some("r2")), vec!["a"]);
+    }
+
+    #[test]
+    fn failed_or_inconclusive_analysis() {
+        let s = Strategy {
+            pause_after_canary: Duration::ZERO,
+            ..strategy()
+        };
+        let nodes = vec![node("a", Report::Applied), node("b", Report::Pending)];
+        let started = plan(
+            &s,
+            &Progress::start("r2", Some("r1")),
+            &nodes,
+            &Verdict::Pending,
+            0,
+        );
+        let d = plan(
+            &s,
+            &started.progress,
+            &nodes,
+            &Verdict::Inconclusive("no samples".into()),
+            1,
+        );
+        assert!(matches!(d.progress.state, State::Paused(ref r) if r.contains("inconclusive")));
+        assert_eq!(on(&d, Some("r2")), vec!["a"]);
+        let d = plan(
+            &s,
+            &started.progress,
+            &nodes,
+            &Verdict::Fail("retransmits 3x baseline".into()),
+            1,
+        );
+        assert!(
+            matches!(d.progress.state, State::RolledBack(ref r) if r.contains("analysis failed"))
+        );
+        assert_eq!(on(&d, Some("r1")), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn paused_holds_and_new_or_unavailable_nodes_get_stable() {
+        let s = Strategy {
+            paused: true,
+            ..strategy()
+        };
+        let mut nodes = vec![node("a", Report::Pending), node("b", Report::Pending)];
+        nodes[0].available = false;
+        let d = plan(
+            &s,
+            &Progress::start("r2", Some("r1")),
+            &nodes,
+            &Verdict::Pending,
+            0,
+        );
+        assert!(matches!(d.progress.state, State::Paused(_)));
+        assert_eq!(on(&d, Some("r1")), vec!["a", "b"]);
+        let s = Strategy { paused: false, ..s };
+        let d = plan(&s, &d.progress, &nodes, &Verdict::Pending, 1);
+        assert_eq!(
+            on(&d, Some("r2")),
+            vec!["b"],
+            "the unavailable node is not rolled onto"
+        );
+    }
+
+    proptest! {
+        /// Never more than maxUnavailable nodes in flight; never a promotion past a failed or
+        /// inconclusive analysis; after a rollback no node is on the bad revision.
+        #[test]
+        fn rollout_invariants(
+            n in 1usize..12,
+            canary in 1usize..4,
+            max_unavailable in 1usize..5,
+            auto_rollback in any::<bool>(),
+            steps in proptest::collection::vec((0u8..6, 0usize..12), 1..40),
+        ) {
+            let s = Strategy {
+                canary,
+                max_unavailable,
+                pause_after_canary: Duration::from_secs(2),
+                pause_between_waves: Duration::from_secs(1),
+                auto_rollback,
+                paused: false,
+                judged: true,
+            };
+            let mut nodes: Vec<NodeView> =
+                (0..n).map(|i| node(&format!("n{i:02}"), Report::Pending)).collect();
+            let mut progress = Progress::start("bad", Some("good"));
+            for (t, (event, pick)) in steps.into_iter().enumerate() {
+                let now = t as u64;
+                let verdict = match event {
+                    0 => Verdict::Fail("worse".into()),
+                    1 => Verdict::Inconclusive("empty".into()),
+                    2 => Verdict::Pending,
+                    _ => Verdict::Pass,
+                };
+                if event == 5 {
+                    let i = pick % n;
+                    nodes[i].report = Report::Failed("refused".into());
+                }
+                let before = progress.waves.len();
+                let d = plan(&s, &progress, &nodes, &verdict, now);
+                let in_flight = d.progress.waves.last().map_or(0, |w| w.nodes.len());
+                prop_assert!(in_flight <= max_unavailable);
+                if before > 0 && d.progress.waves.len() > before {
+                    prop_assert!(matches!(verdict, Verdict::Pass), "promoted on {verdict:?}");
+                }
+                if let State::RolledBack(_) = d.progress.state {
+                    prop_assert!(d.revisions.values().all(|r| r.as_deref() == Some("good")));
+                }
+                // Agents apply what they were given, unless they failed.
+                let updated: BTreeSet<String> =
+                    d.progress.updated().into_iter().map(String::from).collect();
+                for v in nodes.iter_mut() {
+                    if updated.contains(&v.name) && v.report == Report::Pending {
+                        v.report = Report::Applied;
+                    }
+                }
+                progress = d.progress;
+            }
+        }
+    }
+}
