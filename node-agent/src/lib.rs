@@ -3,7 +3,8 @@
 //! The agent watches only its own NodeTuning. For each desired state it runs one journaled,
 //! all-or-nothing transaction over the host settings (hugepages, hugetlbfs mounts, sysctls, IRQ
 //! affinity, RPS/XPS, DPDK binding), verifies every write by reading it back, and reports
-//! per-item results, conditions and host facts in the NodeTuning's status. Withdrawing the spec restores every original value from the journal.
+//! per-item results, conditions and host facts in the NodeTuning's status. Withdrawing the spec
+//! restores every original value from the journal.
 //!
 //! The layout follows "pure core, thin I/O shell":
 //! - [`expand::expand`] turns a node config and what discovery found on the host into settings;
