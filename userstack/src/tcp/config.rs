@@ -75,6 +75,8 @@ pub struct Config {
     /// HyStart++ (RFC 9406) in the initial slow start (Linux CUBIC's `hystart` = 1 runs the
     /// older HyStart; this is its standardised successor).
     pub hystart: bool,
+    /// Proportional rate reduction during SACK recovery (RFC 6937; Linux always uses it).
+    pub prr: bool,
     /// Largest number of out-of-order ranges held in the receive buffer.
     pub max_ooo_ranges: usize,
 }
@@ -110,6 +112,7 @@ impl Default for Config {
             undo_on_dsack: true,
             tail_loss_probe: true,
             hystart: true,
+            prr: true,
             max_ooo_ranges: 1024,
         }
     }

@@ -95,6 +95,19 @@ struct UndoRecord {
     after_timeout: bool,
 }
 
+/// RFC 6937 bookkeeping of one recovery episode (bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Prr {
+    /// prr_delivered: data delivered to the receiver since recovery began.
+    delivered: u32,
+    /// prr_out: data sent since recovery began.
+    out: u32,
+    /// RecoverFS: the flight size when recovery began.
+    recover_fs: u32,
+    /// The window PRR allows now: pipe + sndcnt.
+    cwnd: u32,
+}
+
 /// Which probe the persist or keepalive timer asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Probe {
@@ -194,6 +207,8 @@ pub struct Connection {
     /// Send time of the most recently sent segment known delivered (RFC 8985 RACK.xmit_ts).
     rack_delivered_sent_at: Option<Instant>,
     hystart: HyStart,
+    /// Proportional rate reduction state during SACK recovery (RFC 6937).
+    prr: Option<Prr>,
     cc: Box<dyn CongestionControl>,
 
     counters: Counters,
@@ -283,6 +298,7 @@ impl Connection {
             cwnd_blocked: false,
             rack_delivered_sent_at: None,
             hystart: HyStart::new(config.hystart),
+            prr: None,
             cc: new_controller(
                 config.congestion,
                 u32::from(config.mss),
@@ -418,9 +434,9 @@ impl Connection {
         &self.stats
     }
 
-    /// Congestion window in bytes.
+    /// Congestion window in bytes (during SACK recovery, the one PRR allows).
     pub fn cwnd(&self) -> u32 {
-        self.cc.cwnd()
+        self.effective_cwnd()
     }
 
     /// Slow-start threshold in bytes.
@@ -874,6 +890,14 @@ impl Connection {
         self.ack_now = true;
     }
 
+    /// The congestion window in force: PRR's during SACK recovery, the controller's otherwise.
+    fn effective_cwnd(&self) -> u32 {
+        match self.prr {
+            Some(prr) => prr.cwnd,
+            None => self.cc.cwnd(),
+        }
+    }
+
     fn flight_size(&self) -> u32 {
         self.snd_nxt.distance_from(self.snd_una)
     }
@@ -908,9 +932,9 @@ impl Connection {
             self.snd_wl2 = ack;
         }
 
-        let mut newly_sacked = 0;
+        let (mut newly_sacked, mut delivered) = (0, 0);
         if self.sack_ok && !seg.options.sack_blocks.is_empty() {
-            newly_sacked = self.process_sack_blocks(&seg.options.sack_blocks, ack);
+            (newly_sacked, delivered) = self.process_sack_blocks(&seg.options.sack_blocks, ack);
         }
 
         if ack > self.snd_una {
@@ -921,6 +945,7 @@ impl Connection {
                 self.tlp_end = None;
             }
             let acked = ack.distance_from(self.snd_una);
+            delivered += acked;
             let data_acked = (acked as usize).min(self.send_buffer.len());
             self.send_buffer.consume(data_acked);
             self.stats.bytes_acked += data_acked as u64;
@@ -956,6 +981,7 @@ impl Connection {
             match self.recovery {
                 Some(recovery) if ack >= recovery.recover => {
                     self.recovery = None;
+                    self.prr = None;
                     if !recovery.after_timeout {
                         let ssthresh = self.cc.ssthresh();
                         self.cc.set_cwnd(ssthresh);
@@ -1021,10 +1047,44 @@ impl Connection {
             self.scoreboard.mark_first_lost();
             self.enter_recovery(now, Counter::TCPRenoRecovery);
         }
+        self.proportional_rate_reduction(delivered);
+    }
+
+    /// RFC 6937 per-ACK step: spread the window reduction over the recovery episode, sending
+    /// ssthresh/RecoverFS segments per segment delivered while pipe exceeds ssthresh, and
+    /// slow-starting back up to ssthresh (PRR-SSRB) when pipe falls below it.
+    fn proportional_rate_reduction(&mut self, delivered: u32) {
+        let Some(mut prr) = self.prr else { return };
+        if self.recovery.is_none_or(|r| r.after_timeout) {
+            self.prr = None;
+            return;
+        }
+        prr.delivered = prr.delivered.saturating_add(delivered);
+        let pipe = self.scoreboard.pipe();
+        let ssthresh = self.cc.ssthresh();
+        let sndcnt = if pipe > ssthresh {
+            let target = (u64::from(prr.delivered) * u64::from(ssthresh))
+                .div_ceil(u64::from(prr.recover_fs.max(1)));
+            (target as u32).saturating_sub(prr.out)
+        } else {
+            let limit = prr.delivered.saturating_sub(prr.out).max(delivered) + self.send_mss;
+            (ssthresh - pipe).min(limit)
+        };
+        prr.cwnd = pipe + sndcnt;
+        self.prr = Some(prr);
     }
 
     fn enter_recovery(&mut self, now: Instant, counter: Counter) {
         self.counters.bump(counter);
+        if self.config.prr && self.sack_ok {
+            let recover_fs = self.flight_size();
+            self.prr = Some(Prr {
+                delivered: 0,
+                out: 0,
+                recover_fs,
+                cwnd: 0,
+            });
+        }
         self.hystart.stop();
         self.tlp_deadline = None;
         self.tlp_due = false;
@@ -1042,7 +1102,7 @@ impl Connection {
 
     /// Applies SACK blocks (RFC 2018) after recognising a leading D-SACK (RFC 2883 section 4);
     /// returns the number of newly SACKed segments.
-    fn process_sack_blocks(&mut self, blocks: &SackBlocks, ack: SeqNumber) -> u32 {
+    fn process_sack_blocks(&mut self, blocks: &SackBlocks, ack: SeqNumber) -> (u32, u32) {
         let blocks = blocks.as_slice();
         let mut skip_first = false;
         if let Some(&(left, right)) = blocks.first() {
@@ -1075,6 +1135,7 @@ impl Connection {
             }
         }
         let mut newly = 0;
+        let mut newly_bytes = 0;
         for &(left, right) in &blocks[usize::from(skip_first)..] {
             if left >= right || left < self.snd_una || right > self.snd_nxt {
                 self.counters.bump(Counter::TCPSACKDiscard);
@@ -1082,9 +1143,10 @@ impl Connection {
             }
             let update = self.scoreboard.sack(left, right);
             newly += update.newly_sacked;
+            newly_bytes += update.newly_sacked_bytes;
             self.rack_delivered_sent_at = self.rack_delivered_sent_at.max(update.latest_sent_at);
         }
-        newly
+        (newly, newly_bytes)
     }
 
     fn on_dsack(&mut self, segments: u32) {
@@ -1113,6 +1175,7 @@ impl Connection {
             }
             if self.recovery.is_some() {
                 self.recovery = None;
+                self.prr = None;
                 self.scoreboard.clear_sacks();
                 for i in 0..self.scoreboard.len() {
                     if self
@@ -1290,6 +1353,7 @@ impl Connection {
                 }
                 self.counters.bump(Counter::TCPTimeouts);
                 self.hystart.stop();
+                self.prr = None;
                 let flight = self.flight_size();
                 self.cc.on_retransmission_timeout(now, flight);
                 self.scoreboard.mark_all_lost();
@@ -1595,7 +1659,7 @@ impl Connection {
                 return Some(n);
             }
         }
-        let cwnd = self.cc.cwnd();
+        let cwnd = self.effective_cwnd();
         let pipe = self.pipe();
         // Loss recovery first (RFC 6675 NextSeg rule 1). The first retransmission after fast
         // retransmit is sent regardless of cwnd (RFC 5681 3.2 step 4).
@@ -1616,7 +1680,7 @@ impl Connection {
                 self.cc.set_cwnd(restart);
             }
         }
-        let cwnd = self.cc.cwnd();
+        let cwnd = self.effective_cwnd();
         let unsent = self.unsent_len();
         let fin_pending = self.fin_queued && self.fin_seq.is_none();
         if unsent == 0 && !fin_pending {
@@ -1685,6 +1749,9 @@ impl Connection {
             retransmit_in_flight: false,
         });
         self.snd_nxt = end;
+        if let Some(prr) = &mut self.prr {
+            prr.out = prr.out.saturating_add(end.distance_from(seq));
+        }
         if len > 0 {
             self.counters.bump(Counter::TCPOrigDataSent);
             self.stats.data_segments_sent += 1;
@@ -1723,6 +1790,9 @@ impl Connection {
         self.counters.bump(Counter::RetransSegs);
         self.stats.retransmissions += 1;
         self.stats.data_segments_sent += u64::from(len > 0);
+        if let Some(prr) = &mut self.prr {
+            prr.out = prr.out.saturating_add(segment.len());
+        }
         let after_timeout = self.recovery.is_some_and(|r| r.after_timeout);
         if let Some(undo) = &mut self.undo {
             if after_timeout && undo.retransmitted {

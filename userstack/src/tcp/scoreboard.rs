@@ -53,6 +53,8 @@ pub struct AckedSegments {
 pub struct SackUpdate {
     /// Segments newly marked SACKed.
     pub newly_sacked: u32,
+    /// Bytes newly marked SACKed.
+    pub newly_sacked_bytes: u32,
     /// Latest transmission time among them (RACK's "most recently sent delivered segment").
     pub latest_sent_at: Option<Instant>,
 }
@@ -133,6 +135,7 @@ impl Scoreboard {
                 segment.lost = false;
                 segment.retransmit_in_flight = false;
                 update.newly_sacked += 1;
+                update.newly_sacked_bytes += segment.len();
                 update.latest_sent_at = update.latest_sent_at.max(Some(segment.sent_at));
             }
         }

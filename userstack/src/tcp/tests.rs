@@ -856,3 +856,37 @@ fn tail_loss_probe_repairs_a_lost_tail_before_the_rto() {
         "no congestion response for a probe"
     );
 }
+
+#[test]
+fn prr_spreads_sending_over_the_recovery() {
+    let cfg = Config {
+        initial_window: 20,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(cfg, cfg);
+    client.send(&vec![1u8; 1448 * 40]);
+    let segs = drain(&mut client, ms(10));
+    assert_eq!(segs.len(), 20);
+    // Segment 0 is lost; each later one draws its own duplicate ACK with SACK.
+    let mut acks = Vec::new();
+    for seg in &segs[1..] {
+        deliver(&mut server, ms(11), std::slice::from_ref(seg));
+        acks.extend(drain(&mut server, ms(11)));
+    }
+    assert_eq!(acks.len(), 19);
+    let mut sent_per_ack = Vec::new();
+    for ack in &acks {
+        deliver(&mut client, ms(21), std::slice::from_ref(ack));
+        if client.in_recovery() {
+            sent_per_ack.push(drain(&mut client, ms(21)).len());
+        }
+    }
+    let total: usize = sent_per_ack.iter().sum();
+    // RFC 6937: about ssthresh/RecoverFS = 0.7 segments per delivered segment, never a burst.
+    assert!(
+        (8..=16).contains(&total),
+        "sent {total} during recovery: {sent_per_ack:?}"
+    );
+    assert!(sent_per_ack.iter().all(|&n| n <= 2), "{sent_per_ack:?}");
+    assert!(client.cwnd() <= client.ssthresh() + 1448);
+}
