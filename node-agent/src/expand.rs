@@ -25,6 +25,10 @@ pub struct Discovery {
     pub irqs: BTreeMap<String, Vec<QueueIrq>>,
     /// What DPDK binding needs: vfio, management interfaces, IOMMU groups.
     pub dpdk: dpdk::Context,
+    /// PCI network devices without a netdev (unbound, or bound to a user-space driver by
+    /// someone else), named by their PCI address: only an entry that matches by `pciAddress`
+    /// alone (no name, no driver) selects them, for DPDK binding.
+    pub unattached: Vec<InterfaceFacts>,
 }
 
 impl Discovery {
@@ -49,6 +53,7 @@ impl Discovery {
                 }
             }
         }
+        let unattached = dpdk::unattached_devices(roots, &facts.interfaces);
         let irqs = facts
             .interfaces
             .iter()
@@ -58,6 +63,7 @@ impl Discovery {
         let iommu_groups = facts
             .interfaces
             .iter()
+            .chain(&unattached)
             .filter_map(|i| i.pci_address.clone())
             .filter_map(|pci| Some((pci.clone(), dpdk::iommu_group(roots, &pci)?)))
             .collect();
@@ -70,7 +76,12 @@ impl Discovery {
             ),
             iommu_groups,
         };
-        Discovery { facts, irqs, dpdk }
+        Discovery {
+            facts,
+            irqs,
+            dpdk,
+            unattached,
+        }
     }
 }
 
@@ -109,7 +120,11 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
         for (part, _) in parts.iter().filter(|(_, used)| *used) {
             unsupported.push(not_supported("interfaces", &format!("{field}.{part}")));
         }
-        let matched = matching::select(&entry.match_, &d.facts.interfaces);
+        let m = &entry.match_;
+        let mut matched = matching::select(m, &d.facts.interfaces);
+        if m.name.is_none() && m.driver.is_none() {
+            matched.extend(matching::select(m, &d.unattached));
+        }
         if matched.is_empty() {
             let have: Vec<&str> = d.facts.interfaces.iter().map(|i| i.name.as_str()).collect();
             wants.refuse(
@@ -293,9 +308,50 @@ mod tests {
                     "it carries the default route".to_string(),
                 )]
                 .into(),
-                iommu_groups: [("0000:00:04.0".to_string(), "9".to_string())].into(),
+                iommu_groups: [
+                    ("0000:00:04.0".to_string(), "9".to_string()),
+                    ("0000:00:06.0".to_string(), "11".to_string()),
+                ]
+                .into(),
             },
+            unattached: vec![InterfaceFacts {
+                name: "0000:00:06.0".into(),
+                pci_address: Some("0000:00:06.0".into()),
+                ..InterfaceFacts::default()
+            }],
         }
+    }
+
+    #[test]
+    fn a_device_without_netdev_is_selected_by_pci_address_alone() {
+        let mut c = NodeConfig::default();
+        let mut by_pci = InterfaceTuning::default();
+        by_pci.match_.pci_address = Some("0000:00:06.0".into());
+        by_pci.dpdk = Some(DpdkBinding::default());
+        c.interfaces.push(by_pci);
+        // A glob never selects it.
+        let mut glob = entry("*");
+        glob.rps = Some(Rps {
+            cpus: "1".into(),
+            flow_entries: None,
+        });
+        c.interfaces.push(glob);
+        let x = expand(&c, &discovery());
+        assert!(x.refused.is_empty(), "{:?}", x.refused);
+        assert_eq!(
+            x.desired
+                .get(&Setting::new(
+                    Kind::PciDriver,
+                    "0000:00:06.0/0000:00:06.0/-"
+                ))
+                .map(String::as_str),
+            Some("driver=vfio-pci override=vfio-pci")
+        );
+        assert_eq!(
+            keys(&x).iter().filter(|k| k.starts_with("rpsCpus")).count(),
+            3,
+            "eth0 rx-0, eth1 rx-0 and rx-1 only"
+        );
     }
 
     fn entry(name: &str) -> InterfaceTuning {

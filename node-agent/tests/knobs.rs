@@ -297,6 +297,13 @@ impl FakeNode {
                 " {cfg}: 0 0 0 0 PCI-MSIX-{pci} 9-edge {owner}-config\n"
             ));
         }
+        // 0000:00:06.0: a network function with no driver and no netdev.
+        let bare = s.join("bus/pci/devices/0000:00:06.0");
+        put(&bare.join("class"), "0x020000\n");
+        put(&bare.join("driver_override"), "(null)\n");
+        let group = s.join("kernel/iommu_groups/12");
+        fs::create_dir_all(&group).expect("mkdir");
+        symlink(&group, bare.join("iommu_group")).expect("ln");
         put(&p.join("interrupts"), &interrupts);
         put(
             &p.join("net/route"),
@@ -345,6 +352,10 @@ impl FakeNode {
             .map(|(name, pci, driver, _, _)| {
                 (pci.to_string(), (driver.to_string(), name.to_string()))
             })
+            .chain([(
+                "0000:00:06.0".to_string(),
+                ("ixgbe".to_string(), "no-netdev".to_string()),
+            )])
             .collect();
         let kernel = FakeKernel {
             sys: self.sys(),
@@ -1003,4 +1014,34 @@ proptest! {
         prop_assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
         prop_assert_eq!(node.snapshot(), pristine);
     }
+}
+
+#[test]
+fn dpdk_binds_a_device_without_netdev_selected_by_pci_address() {
+    let node = FakeNode::new();
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    let mut c = NodeConfig::default();
+    let mut e = InterfaceTuning::default();
+    e.match_.pci_address = Some("0000:00:06.0".into());
+    e.dpdk = Some(DpdkBinding::default());
+    c.interfaces.push(e);
+    let outcome = reconcile(&mut r, &node_tuning(c, Mode::Apply));
+    assert_eq!(outcome.state, NodeState::Applied, "{outcome:#?}");
+    let bound = item(&outcome, "pciDriver", "0000:00:06.0/0000:00:06.0/-");
+    assert_eq!(bound.original.as_deref(), Some("driver=none"));
+    assert_eq!(
+        bound.message.as_deref(),
+        Some("IOMMU group 12; /dev/vfio/12 absent")
+    );
+    let dev = node.sys().join("bus/pci/devices/0000:00:06.0");
+    assert_eq!(
+        fs::read_link(dev.join("driver"))
+            .expect("link")
+            .file_name()
+            .expect("name"),
+        "vfio-pci"
+    );
+    assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+    assert_eq!(node.snapshot(), pristine);
 }

@@ -136,6 +136,31 @@ pub fn iommu_group(roots: &Roots, pci: &str) -> Option<String> {
     )
 }
 
+/// The PCI network devices (class `0x02....`) under `<sys>/bus/pci/devices` that no interface
+/// of `interfaces` sits on: each as an interface named by its PCI address, with its PCI driver.
+pub fn unattached_devices(roots: &Roots, interfaces: &[InterfaceFacts]) -> Vec<InterfaceFacts> {
+    let devices = roots.sys_root.join("bus/pci/devices");
+    super::dir_names(&devices)
+        .into_iter()
+        .filter(|pci| is_pci_address(pci))
+        .filter(|pci| {
+            !interfaces
+                .iter()
+                .any(|i| i.pci_address.as_deref() == Some(pci))
+        })
+        .filter(|pci| {
+            fs::read_to_string(devices.join(pci).join("class"))
+                .is_ok_and(|c| c.trim().starts_with("0x02"))
+        })
+        .map(|pci| InterfaceFacts {
+            driver: link_name(&devices.join(&pci).join("driver")),
+            name: pci.clone(),
+            pci_address: Some(pci),
+            ..InterfaceFacts::default()
+        })
+        .collect()
+}
+
 /// A status note on a bound device: its IOMMU group and whether `/dev/vfio/N` exists.
 pub fn note(roots: &Roots, target: &str) -> Option<String> {
     let (pci, _, _) = parse_target(target)?;
