@@ -75,7 +75,15 @@ struct Procs {
     /// Extra operator replicas by leader-election identity.
     replicas: BTreeMap<String, Managed>,
     agents: BTreeMap<String, Managed>,
+    /// Helpers a test started with [`Lab::spawn_helper`] (Prometheus, iperf3, ...).
+    helpers: BTreeMap<String, Managed>,
 }
+
+/// The agents' /metrics port (each agent has its node's address to itself).
+pub const AGENT_METRICS_PORT: u16 = 9478;
+
+/// The operator's /metrics port, on the lab's own loopback address 127.18.k.1.
+pub const OPERATOR_METRICS_PORT: u16 = 8080;
 
 impl Lab {
     /// Builds and starts a lab; returns once the API server is ready, the CRDs are
@@ -374,9 +382,16 @@ impl Lab {
             "--agent-image",
             &self.config.agent_image,
         ]);
-        // A port of its own per lab (and per replica), once the operator serves metrics.
+        // On the lab's own loopback address: the lab's operator on a fixed port no other lab
+        // can hold ([`Lab::operator_metrics_address`]), extra replicas on free ports.
         if self.operator_has_flag("--metrics-bind-address") {
-            args.extend(strings(&["--metrics-bind-address", "127.0.0.1:0"]));
+            let port = if name == "operator" {
+                OPERATOR_METRICS_PORT
+            } else {
+                0
+            };
+            let addr = SocketAddr::from((self.loopback_ip(), port)).to_string();
+            args.extend(strings(&["--metrics-bind-address", &addr]));
         }
         args.extend(self.config.operator_args.iter().cloned());
         let env = vec![
@@ -405,6 +420,8 @@ impl Lab {
             "/sys",
             "--state-dir",
             &n.state_dir.display().to_string(),
+            "--metrics-bind-address",
+            &SocketAddr::from((n.ip, AGENT_METRICS_PORT)).to_string(),
         ]));
         args.extend(self.config.agent_args.iter().cloned());
         args.extend(strings(extra));
@@ -480,6 +497,7 @@ impl Lab {
         // Operator and agents first, all at once, while the API server still answers them.
         let mut workload: Vec<Managed> = procs.operator.take().into_iter().collect();
         workload.extend(std::mem::take(&mut procs.replicas).into_values());
+        workload.extend(std::mem::take(&mut procs.helpers).into_values());
         workload.extend(std::mem::take(&mut procs.agents).into_values());
         for p in &mut workload {
             let _ = p.signal(Signal::Term);
@@ -588,6 +606,53 @@ impl Lab {
         self.node(node).ip
     }
 
+    /// Where `node`'s agent serves /metrics: the node's address, port [`AGENT_METRICS_PORT`]
+    /// (reachable from the root namespace over the bridge).
+    pub fn agent_metrics_address(&self, node: &str) -> SocketAddr {
+        SocketAddr::from((self.node(node).ip, AGENT_METRICS_PORT))
+    }
+
+    /// Where the operator serves /metrics: 127.18.k.1, port [`OPERATOR_METRICS_PORT`].
+    pub fn operator_metrics_address(&self) -> SocketAddr {
+        SocketAddr::from((network::loopback_ip(self.index), OPERATOR_METRICS_PORT))
+    }
+
+    /// The lab's own loopback address, 127.18.k.1, where helpers in the root namespace may
+    /// listen without racing other labs for ports.
+    pub fn loopback_ip(&self) -> Ipv4Addr {
+        network::loopback_ip(self.index)
+    }
+
+    /// Starts a helper process owned by the lab (like the operator: its log in
+    /// `logs/<name>.log`, killed with the lab even when the test process dies); its pid.
+    /// `argv[0]` is the program. A helper of the same name must have been stopped first.
+    pub fn spawn_helper(&self, name: &str, argv: &[&str]) -> Result<u32> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| Error::Setup(format!("helper {name}: empty command")))?;
+        let helper = self.spawn(name, Path::new(program), &strings(args), &[])?;
+        let pid = helper.pid();
+        if let Some(mut old) = self.procs().helpers.insert(name.to_string(), helper) {
+            let _ = old.kill();
+        }
+        Ok(pid)
+    }
+
+    /// Stops the helper `name` (SIGTERM, SIGKILL after a grace period); its exit status, or
+    /// `None` when there is no such helper.
+    pub fn stop_helper(&self, name: &str) -> Option<std::result::Result<ExitStatus, String>> {
+        let mut helper = self.procs().helpers.remove(name)?;
+        Some(helper.stop(GRACE))
+    }
+
+    /// Whether the helper `name` is still running.
+    pub fn helper_running(&self, name: &str) -> bool {
+        self.procs()
+            .helpers
+            .get_mut(name)
+            .is_some_and(|h| h.exited().is_none())
+    }
+
     /// The agent's `--state-dir` for `node` (its journal lives here).
     pub fn agent_state_dir(&self, node: &str) -> &Path {
         &self.node(node).state_dir
@@ -608,12 +673,14 @@ impl Lab {
             operator,
             replicas,
             agents,
+            helpers,
         } = &mut *procs;
         [etcd, apiserver, operator]
             .into_iter()
             .flatten()
             .chain(replicas.values_mut())
             .chain(agents.values_mut())
+            .chain(helpers.values_mut())
             .filter_map(|p| p.exited().is_none().then(|| (p.name.clone(), p.pid())))
             .collect()
     }
@@ -875,12 +942,14 @@ impl Lab {
                 operator,
                 replicas,
                 agents,
+                helpers,
             } = &mut *procs;
             for p in [etcd, apiserver, operator]
                 .into_iter()
                 .flatten()
                 .chain(replicas.values_mut())
                 .chain(agents.values_mut())
+                .chain(helpers.values_mut())
             {
                 let state = match p.exited() {
                     Some(status) => format!("exited ({status})"),

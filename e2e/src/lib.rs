@@ -23,10 +23,11 @@ mod lab;
 mod network;
 mod pki;
 mod process;
+pub mod prometheus;
 mod sweep;
 
 pub use config::{LabConfig, NodeKind, NodeSpec};
-pub use lab::{Identity, Lab, NAMESPACE};
+pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE, OPERATOR_METRICS_PORT};
 pub use process::Signal;
 pub use sweep::{sweep, SweepReport};
 

@@ -193,24 +193,50 @@ impl Metrics {
             .expect("writing to a String cannot fail");
         out
     }
+
+    /// The registry in the Prometheus text format 0.0.4 (for clients that do not ask for
+    /// OpenMetrics: curl, promtool).
+    pub fn encode_prometheus_text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
 }
 
-/// Serves `/metrics` on `addr` until the process ends; returns the bound address.
+/// Serves `/metrics` on `addr` until the process ends; returns the bound address. OpenMetrics
+/// when the client's `Accept` names `application/openmetrics-text` (Prometheus does), the
+/// Prometheus text format otherwise.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let app = Router::new().route(
         "/metrics",
-        get(move || {
+        get(move |headers: axum::http::HeaderMap| {
             let metrics = metrics.clone();
             async move {
-                (
-                    [(
-                        CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.encode(),
-                )
+                let openmetrics = headers
+                    .get_all(axum::http::header::ACCEPT)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .any(|v| v.contains("application/openmetrics-text"));
+                if openmetrics {
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                } else {
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                        )],
+                        metrics.encode_prometheus_text(),
+                    )
+                }
             }
         }),
     );

@@ -1,0 +1,223 @@
+//! A real Prometheus (Debian's `prometheus` package) scraping a lab's operator and agents, and
+//! a small HTTP client for its query API and for /metrics endpoints.
+//!
+//! Prometheus runs as a lab helper ([`Lab::spawn_helper`]), so it dies with the lab even when
+//! the test process is killed; dropping [`Prometheus`] stops it and removes its directory.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::{Error, Lab, Result};
+
+/// The port Prometheus listens on, on the lab's own loopback address.
+pub const PROMETHEUS_PORT: u16 = 9090;
+
+/// How often Prometheus scrapes every target.
+pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A Prometheus server scraping the lab: job `hoststack-operator` (the operator's /metrics) and
+/// job `hoststack-agent` (every agent's, with the target label `node=<node>`, as a
+/// ServiceMonitor relabelling would set it from the pod's node name).
+pub struct Prometheus<'lab> {
+    lab: &'lab Lab,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+/// One series of a query result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// The series' labels (`__name__` included when the result keeps it).
+    pub labels: BTreeMap<String, String>,
+    /// Its value at the query's time (NaN and infinities included as Prometheus sent them).
+    pub value: f64,
+}
+
+impl<'lab> Prometheus<'lab> {
+    /// Writes the configuration, starts Prometheus with its own TSDB directory under the lab
+    /// directory, and waits until it is ready.
+    pub fn start(lab: &'lab Lab) -> Result<Prometheus<'lab>> {
+        let dir = lab.dir().join("prometheus");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data"))
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let config = dir.join("prometheus.yml");
+        std::fs::write(&config, Self::config(lab))
+            .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
+        let addr = SocketAddr::from((lab.loopback_ip(), PROMETHEUS_PORT));
+        let prometheus = Prometheus { lab, addr, dir };
+        lab.spawn_helper(
+            "prometheus",
+            &[
+                "prometheus",
+                &format!("--config.file={}", config.display()),
+                &format!(
+                    "--storage.tsdb.path={}",
+                    prometheus.dir.join("data").display()
+                ),
+                &format!("--web.listen-address={addr}"),
+                "--storage.tsdb.retention.time=1d",
+                "--log.level=warn",
+            ],
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if matches!(http_get(addr, "/-/ready", None), Ok((200, _))) {
+                return Ok(prometheus);
+            }
+            if !lab.helper_running("prometheus") || Instant::now() > deadline {
+                return Err(Error::Setup(format!(
+                    "prometheus did not become ready on {addr}; its log:\n{}",
+                    crate::process::tail(&lab.log_path("prometheus"), 20)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The generated prometheus.yml.
+    fn config(lab: &Lab) -> String {
+        let secs = SCRAPE_INTERVAL.as_secs();
+        let mut out = format!(
+            "global:\n  scrape_interval: {secs}s\n  scrape_timeout: {secs}s\n  evaluation_interval: {secs}s\nscrape_configs:\n  - job_name: hoststack-operator\n    static_configs:\n      - targets: ['{}']\n  - job_name: hoststack-agent\n    static_configs:\n",
+            lab.operator_metrics_address()
+        );
+        for node in lab.node_names() {
+            out.push_str(&format!(
+                "      - targets: ['{}']\n        labels: {{node: '{node}'}}\n",
+                lab.agent_metrics_address(&node)
+            ));
+        }
+        out
+    }
+
+    /// Where the HTTP API listens.
+    pub fn address(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Evaluates `expr` at `time` (Unix seconds; now when `None`) with `/api/v1/query`. An
+    /// expression Prometheus rejects, or any other failure, is an `Err` with its message.
+    pub fn query(&self, expr: &str, time: Option<f64>) -> std::result::Result<Vec<Sample>, String> {
+        let mut path = format!("/api/v1/query?query={}", url_encode(expr));
+        if let Some(t) = time {
+            path.push_str(&format!("&time={t:.3}"));
+        }
+        let (status, body) = http_get(self.addr, &path, None).map_err(|e| e.to_string())?;
+        let json: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
+        if json["status"] != "success" {
+            return Err(format!(
+                "{}: {}",
+                json["errorType"].as_str().unwrap_or("error"),
+                json["error"].as_str().unwrap_or(&body)
+            ));
+        }
+        let data = &json["data"];
+        let value = |v: &serde_json::Value| -> f64 {
+            v[1].as_str()
+                .map_or(f64::NAN, |s| s.parse().unwrap_or(f64::NAN))
+        };
+        match data["resultType"].as_str() {
+            Some("vector") => Ok(data["result"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| Sample {
+                    labels: s["metric"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                        .collect(),
+                    value: value(&s["value"]),
+                })
+                .collect()),
+            Some("scalar") => Ok(vec![Sample {
+                labels: BTreeMap::new(),
+                value: value(&data["result"]),
+            }]),
+            other => Err(format!("unexpected result type {other:?}")),
+        }
+    }
+
+    /// The health of every scrape target, as `(job, instance) → up`.
+    pub fn targets_up(&self) -> BTreeMap<(String, String), bool> {
+        self.query("up", None)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| {
+                let label = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+                ((label("job"), label("instance")), s.value == 1.0)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Prometheus<'_> {
+    fn drop(&mut self) {
+        if let Some(Err(e)) = self.lab.stop_helper("prometheus") {
+            eprintln!("stopping prometheus: {e}");
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("removing {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// A plain HTTP/1.0 GET of `path` from `addr` (5 s timeouts); the status and the body.
+/// `accept` sets the Accept header (e.g. `application/openmetrics-text` to ask a /metrics
+/// endpoint for OpenMetrics, as Prometheus does).
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    accept: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    let timeout = Duration::from_secs(5);
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn url_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn url_encoding() {
+        assert_eq!(
+            super::url_encode("rate(x{a=\"b\"}[5s]) / 2"),
+            "rate%28x%7Ba%3D%22b%22%7D%5B5s%5D%29%20%2F%202"
+        );
+    }
+}
