@@ -20,7 +20,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # iproute2: ip netns/link/addr; openssl: the lab's PKI; procps: sysctl; util-linux: nsenter.
-PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config)
+# prometheus (with promtool), iperf3: the metrics e2e test; prometheus-node-exporter: the
+# scrape benchmark (node-agent/benches/scrape.rs).
+PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config
+  prometheus iperf3 prometheus-node-exporter)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -44,6 +44,8 @@ pub struct Lab {
     procs: Mutex<Procs>,
     spawner: Option<Spawner>,
     torn_down: bool,
+    /// Where the lab's operator serves /metrics.
+    operator_metrics: SocketAddr,
     /// Set once a failure has printed [`Lab::diagnostics`], so Drop does not print them again.
     diagnosed: AtomicBool,
     _slot: Slot,
@@ -81,9 +83,6 @@ struct Procs {
 
 /// The agents' /metrics port (each agent has its node's address to itself).
 pub const AGENT_METRICS_PORT: u16 = 9478;
-
-/// The operator's /metrics port, on the lab's own loopback address 127.18.k.1.
-pub const OPERATOR_METRICS_PORT: u16 = 8080;
 
 impl Lab {
     /// Builds and starts a lab; returns once the API server is ready, the CRDs are
@@ -133,6 +132,11 @@ impl Lab {
         .into_iter()
         .map(|(id, name)| (id, dir.join(format!("{name}.kubeconfig"))))
         .collect();
+        // A free port, kept across operator restarts (a fixed one could be a host service's).
+        let operator_metrics = SocketAddr::from((
+            network::loopback_ip(index),
+            free_port(network::loopback_ip(index))?,
+        ));
         let spawner = Spawner::new().map_err(|e| Error::io("starting the spawner thread", e))?;
         // From here on, Drop tears down whatever boot got to.
         let mut lab = Lab {
@@ -148,6 +152,7 @@ impl Lab {
             spawner: Some(spawner),
             torn_down: false,
             diagnosed: AtomicBool::new(false),
+            operator_metrics,
             _slot: slot,
         };
         lab.boot()?;
@@ -382,15 +387,15 @@ impl Lab {
             "--agent-image",
             &self.config.agent_image,
         ]);
-        // On the lab's own loopback address: the lab's operator on a fixed port no other lab
-        // can hold ([`Lab::operator_metrics_address`]), extra replicas on free ports.
+        // On the lab's own loopback address: the lab's operator on the port chosen at start
+        // ([`Lab::operator_metrics_address`]), extra replicas on any free port.
         if self.operator_has_flag("--metrics-bind-address") {
-            let port = if name == "operator" {
-                OPERATOR_METRICS_PORT
+            let addr = if name == "operator" {
+                self.operator_metrics
             } else {
-                0
-            };
-            let addr = SocketAddr::from((self.loopback_ip(), port)).to_string();
+                SocketAddr::from((self.loopback_ip(), 0))
+            }
+            .to_string();
             args.extend(strings(&["--metrics-bind-address", &addr]));
         }
         args.extend(self.config.operator_args.iter().cloned());
@@ -612,9 +617,10 @@ impl Lab {
         SocketAddr::from((self.node(node).ip, AGENT_METRICS_PORT))
     }
 
-    /// Where the operator serves /metrics: 127.18.k.1, port [`OPERATOR_METRICS_PORT`].
+    /// Where the lab's operator serves /metrics: 127.18.k.1 and a port free when the lab
+    /// started, the same across operator restarts.
     pub fn operator_metrics_address(&self) -> SocketAddr {
-        SocketAddr::from((network::loopback_ip(self.index), OPERATOR_METRICS_PORT))
+        self.operator_metrics
     }
 
     /// The lab's own loopback address, 127.18.k.1, where helpers in the root namespace may

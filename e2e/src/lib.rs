@@ -27,7 +27,7 @@ pub mod prometheus;
 mod sweep;
 
 pub use config::{LabConfig, NodeKind, NodeSpec};
-pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE, OPERATOR_METRICS_PORT};
+pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};
 pub use process::Signal;
 pub use sweep::{sweep, SweepReport};
 

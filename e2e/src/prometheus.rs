@@ -12,9 +12,6 @@ use std::time::{Duration, Instant};
 
 use crate::{Error, Lab, Result};
 
-/// The port Prometheus listens on, on the lab's own loopback address.
-pub const PROMETHEUS_PORT: u16 = 9090;
-
 /// How often Prometheus scrapes every target.
 pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -47,7 +44,11 @@ impl<'lab> Prometheus<'lab> {
         let config = dir.join("prometheus.yml");
         std::fs::write(&config, Self::config(lab))
             .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
-        let addr = SocketAddr::from((lab.loopback_ip(), PROMETHEUS_PORT));
+        // A free port on the lab's own loopback address (not 9090: a packaged Prometheus
+        // service may hold it on every address).
+        let addr = std::net::TcpListener::bind((lab.loopback_ip(), 0))
+            .and_then(|l| l.local_addr())
+            .map_err(|e| Error::io("finding a free port for prometheus", e))?;
         let prometheus = Prometheus { lab, addr, dir };
         lab.spawn_helper(
             "prometheus",
