@@ -117,3 +117,48 @@ impl AgentWork {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_by_result_and_the_applied_revision() {
+        let mut registry = Registry::with_prefix("hoststack");
+        let work = AgentWork::register(&mut registry);
+        let encode = |r: &Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, r).unwrap();
+            out
+        };
+        let text = encode(&registry);
+        for result in RESULTS {
+            let line = format!("hoststack_agent_transactions_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{text}");
+        }
+        work.transaction(NodeState::Applied, Duration::from_millis(3), false);
+        work.transaction(NodeState::Applied, Duration::from_millis(4), true);
+        work.transaction(NodeState::Failed, Duration::from_millis(5), false);
+        work.transaction(NodeState::Planned, Duration::from_millis(5), false);
+        let r1 = Applied {
+            tuning: "edge".into(),
+            revision: "r1".into(),
+        };
+        work.applied(Some(&r1));
+        work.applied(Some(&Applied {
+            revision: "r2".into(),
+            ..r1
+        }));
+        let text = encode(&registry);
+        assert!(text.contains("hoststack_agent_transactions_total{result=\"applied\"} 2"));
+        assert!(text.contains("hoststack_agent_transactions_total{result=\"failed\"} 1"));
+        assert!(text.contains("hoststack_agent_drift_total 1"));
+        assert!(text.contains("hoststack_agent_transaction_duration_seconds_count 3"));
+        assert!(
+            text.contains("hoststack_agent_applied_revision{tuning=\"edge\",revision=\"r2\"} 1")
+        );
+        assert!(!text.contains("revision=\"r1\""));
+        work.applied(None);
+        assert!(!encode(&registry).contains("hoststack_agent_applied_revision{"));
+    }
+}

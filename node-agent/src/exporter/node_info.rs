@@ -78,3 +78,64 @@ impl NodeInfo {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hoststack_crds::{NodeConfig, NodeTuningSpec, RolloutPhase};
+
+    fn encode(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn labels_from_the_spec() {
+        let config = NodeConfig::default();
+        let canary = NodeTuning::new(
+            "node-a",
+            NodeTuningSpec {
+                tuning: Some("edge".into()),
+                config: Some(config.clone()),
+                rollout_phase: Some(RolloutPhase::Canary),
+                ..NodeTuningSpec::default()
+            },
+        );
+        let labels = NodeInfoLabels::of(Some(&canary));
+        assert_eq!(labels.tuning, "edge");
+        assert_eq!(labels.revision, config.revision());
+        assert_eq!(labels.phase, "canary");
+        let unphased = NodeTuning::new(
+            "node-a",
+            NodeTuningSpec {
+                tuning: Some("edge".into()),
+                revision: Some("r1".into()),
+                ..NodeTuningSpec::default()
+            },
+        );
+        let labels = NodeInfoLabels::of(Some(&unphased));
+        assert_eq!(
+            (labels.revision.as_str(), labels.phase.as_str()),
+            ("r1", "baseline")
+        );
+    }
+
+    #[test]
+    fn exactly_one_series() {
+        let mut registry = Registry::with_prefix("hoststack");
+        let info = NodeInfo::register(&mut registry);
+        assert!(encode(&registry)
+            .contains("hoststack_node_info{tuning=\"\",revision=\"\",phase=\"baseline\"} 1"));
+        info.set(NodeInfoLabels {
+            tuning: "edge".into(),
+            revision: "r2".into(),
+            phase: "wave".into(),
+        });
+        let text = encode(&registry);
+        assert_eq!(text.matches("hoststack_node_info{").count(), 1, "{text}");
+        assert!(
+            text.contains("hoststack_node_info{tuning=\"edge\",revision=\"r2\",phase=\"wave\"} 1")
+        );
+    }
+}
