@@ -320,6 +320,11 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let prometheus = Prometheus::start(&lab).expect("prometheus starts");
     eprintln!("prometheus on {}", prometheus.address());
 
+    // Every target up first, so that Prometheus sees the tuning's transactions happen.
+    lab.wait_for("every target up", Duration::from_secs(30), || {
+        let up = prometheus.targets_up();
+        (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
+    });
     // A tuning, applied and verified on the edge nodes.
     lab.apply_yaml(include_str!("../../examples/edge-sack.yaml"))
         .expect("the example applies");
@@ -329,11 +334,7 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
             (String::from_utf8_lossy(&out.stdout) == "Applied").then_some(())
         });
     }
-    // Every target up, and node_info says which tuning governs which node.
-    lab.wait_for("every target up", Duration::from_secs(30), || {
-        let up = prometheus.targets_up();
-        (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
-    });
+    // node_info says which tuning governs which node.
     lab.wait_for(
         "node_info of both edge nodes in Prometheus",
         Duration::from_secs(30),
