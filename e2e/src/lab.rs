@@ -389,27 +389,19 @@ impl Lab {
         ]);
         // On the lab's own loopback address: the lab's operator on the port chosen at start
         // ([`Lab::operator_metrics_address`]), extra replicas on any free port.
-        if self.operator_has_flag("--metrics-bind-address") {
-            let addr = if name == "operator" {
-                self.operator_metrics
-            } else {
-                SocketAddr::from((self.loopback_ip(), 0))
-            }
-            .to_string();
-            args.extend(strings(&["--metrics-bind-address", &addr]));
+        let addr = if name == "operator" {
+            self.operator_metrics
+        } else {
+            SocketAddr::from((self.loopback_ip(), 0))
         }
+        .to_string();
+        args.extend(strings(&["--metrics-bind-address", &addr]));
         args.extend(self.config.operator_args.iter().cloned());
         let env = vec![
             kv("KUBECONFIG", self.kubeconfig_of(Identity::Operator)),
             kv("POD_NAME", pod_name),
         ];
         self.spawn(name, &self.bins.operator, &args, &env)
-    }
-
-    /// Whether the operator binary knows `flag` (per its `--help`).
-    fn operator_has_flag(&self, flag: &str) -> bool {
-        command::output(Command::new(&self.bins.operator).arg("--help"), None)
-            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(flag))
     }
 
     fn spawn_agent(&self, node: &str, extra: &[&str]) -> Result<()> {
