@@ -270,6 +270,17 @@ impl Lab {
             ],
             None,
         )?;
+        // Established is not yet published: `kubectl explain` (and client-side validation)
+        // read the OpenAPI document, which the API server updates a moment later.
+        self.await_ready(
+            "the CRDs in the OpenAPI document",
+            Duration::from_secs(60),
+            |lab| {
+                ["networktuning", "nodetuning"]
+                    .iter()
+                    .all(|kind| lab.kubectl(&["explain", kind]).status.success())
+            },
+        )?;
         phase(self, "CRDs established");
         let rbac = self.render_chart_rbac()?;
         let mut objects = format!(
