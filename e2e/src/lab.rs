@@ -81,6 +81,26 @@ struct Procs {
     helpers: BTreeMap<String, Managed>,
 }
 
+impl Procs {
+    /// Every managed process: control plane, operator and replicas, agents, helpers.
+    fn all_mut(&mut self) -> impl Iterator<Item = &mut Managed> {
+        let Procs {
+            etcd,
+            apiserver,
+            operator,
+            replicas,
+            agents,
+            helpers,
+        } = self;
+        [etcd, apiserver, operator]
+            .into_iter()
+            .flatten()
+            .chain(replicas.values_mut())
+            .chain(agents.values_mut())
+            .chain(helpers.values_mut())
+    }
+}
+
 /// The agents' /metrics port (each agent has its node's address to itself).
 pub const AGENT_METRICS_PORT: u16 = 9478;
 
@@ -675,21 +695,8 @@ impl Lab {
     /// The running lab processes as (name, pid): etcd, kube-apiserver, operator,
     /// "agent <node>".
     pub fn processes(&self) -> Vec<(String, u32)> {
-        let mut procs = self.procs();
-        let Procs {
-            etcd,
-            apiserver,
-            operator,
-            replicas,
-            agents,
-            helpers,
-        } = &mut *procs;
-        [etcd, apiserver, operator]
-            .into_iter()
-            .flatten()
-            .chain(replicas.values_mut())
-            .chain(agents.values_mut())
-            .chain(helpers.values_mut())
+        self.procs()
+            .all_mut()
             .filter_map(|p| p.exited().is_none().then(|| (p.name.clone(), p.pid())))
             .collect()
     }
@@ -945,21 +952,7 @@ impl Lab {
         let mut out = format!("==== hoststack lab {} ====\n", self.dir.display());
         {
             let mut procs = self.procs();
-            let Procs {
-                etcd,
-                apiserver,
-                operator,
-                replicas,
-                agents,
-                helpers,
-            } = &mut *procs;
-            for p in [etcd, apiserver, operator]
-                .into_iter()
-                .flatten()
-                .chain(replicas.values_mut())
-                .chain(agents.values_mut())
-                .chain(helpers.values_mut())
-            {
+            for p in procs.all_mut() {
                 let state = match p.exited() {
                     Some(status) => format!("exited ({status})"),
                     None => format!("running (pid {})", p.pid()),
