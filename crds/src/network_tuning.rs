@@ -335,6 +335,9 @@ pub struct NetworkTuningStatus {
     /// The rollout's waves, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waves: Vec<WaveStatus>,
+    /// Why the rollout is paused, rolled back or halted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A matched node that another tuning governs.
@@ -357,4 +360,47 @@ pub struct WaveStatus {
     pub nodes: Vec<String>,
     /// Pending, Applying, Applied, Failed or RolledBack.
     pub result: String,
+    /// When every node of the wave had applied the revision (RFC 3339): the start of its pause
+    /// and of its analysis window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at: Option<String>,
+    /// How the wave was judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<AnalysisStatus>,
+}
+
+/// The judgement of one wave.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnalysisStatus {
+    /// Pending, Pass, Fail or Inconclusive.
+    pub verdict: String,
+    /// Why, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The health request the samples answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// Each measured metric of the judged nodes against the baseline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricResult>,
+}
+
+/// One metric of an analysis.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricResult {
+    /// The metric (a HealthMetric name, or `prometheus`).
+    pub metric: String,
+    /// Its value over the judged nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judged: Option<String>,
+    /// Its value over the baseline nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// The bound it was held to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    /// Whether it passed.
+    pub passed: bool,
 }

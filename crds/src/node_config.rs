@@ -113,6 +113,22 @@ pub struct NodeConfig {
     /// The embedded user-space TCP stack, run by the agent on dedicated cores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub userspace_stack: Option<UserspaceStack>,
+
+    /// What the agent does when a setting it applied changes behind its back: it always reports
+    /// the Drifted condition naming the settings; `Reapply` (the default) also writes the
+    /// desired values again, `Report` leaves the host as it found it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_policy: Option<DriftPolicy>,
+}
+
+/// What the agent does about drift.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftPolicy {
+    /// Report the Drifted condition and write the desired values again.
+    #[default]
+    Reapply,
+    /// Report the Drifted condition only.
+    Report,
 }
 
 impl NodeConfig {

@@ -67,6 +67,63 @@ pub struct NodeTuningSpec {
     /// of `hoststack_node_info` so that PromQL can split any counter by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_phase: Option<RolloutPhase>,
+    /// Asks the agent for TCP health samples while the node is judged in a rollout (as a canary,
+    /// a wave or the baseline). The agent reports one sample per window in `status.health`
+    /// while this is set, and none once it is removed, so status writes stay bounded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_request: Option<HealthRequest>,
+}
+
+/// A request for health samples.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthRequest {
+    /// Names the request; the agent starts a fresh window when it changes and echoes it in each
+    /// sample, so the operator never mistakes an old sample for a new one.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    /// Length of one sampling window, e.g. `30s`.
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub window: String,
+}
+
+/// TCP health of one node over one window: the counter deltas from /proc/net/snmp and
+/// /proc/net/netstat (kernel stack), and the rates derived from them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSample {
+    /// The `healthRequest.id` this sample answers.
+    pub request_id: String,
+    /// The revision the host was on during the whole window (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Start of the window (RFC 3339).
+    pub start: String,
+    /// End of the window (RFC 3339).
+    pub end: String,
+    /// Length of the window in milliseconds.
+    pub duration_ms: u64,
+    /// Δ Tcp OutSegs: segments sent.
+    pub out_segs: u64,
+    /// Δ Tcp RetransSegs: segments retransmitted.
+    pub retrans_segs: u64,
+    /// Δ TcpExt TCPSackRecovery: recoveries driven by SACK.
+    pub sack_recoveries: u64,
+    /// Δ TcpExt TCPDSACKRecv: D-SACKs received.
+    pub dsacks: u64,
+    /// Δ TcpExt TCPTimeouts: retransmission timeouts.
+    pub rto_timeouts: u64,
+    /// Δ TcpExt ListenDrops: connections dropped at listen.
+    pub listen_drops: u64,
+    /// retransSegs / outSegs, as a decimal (absent when nothing was sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmit_ratio: Option<String>,
+    /// sackRecoveries per thousand segments sent (absent when nothing was sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sack_recoveries_per_kilo_segment: Option<String>,
+    /// dsacks per thousand segments sent (absent when nothing was sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsacks_per_kilo_segment: Option<String>,
 }
 
 /// A node's part in a rollout.
@@ -158,6 +215,9 @@ pub struct NodeTuningStatus {
     /// What the agent found on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facts: Option<HostFacts>,
+    /// The latest health sample, while `spec.healthRequest` asks for samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSample>,
 }
 
 /// One host setting.

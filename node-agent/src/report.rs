@@ -97,6 +97,7 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         items: o.items.clone(),
         conditions,
         facts: input.facts.clone(),
+        health: None,
     }
 }
 

@@ -197,6 +197,7 @@ fn desired_spec(tuning: &NetworkTuning) -> NodeTuningSpec {
         mode: Some(Mode::Apply),
         // Every governed node goes straight to the revision until staged rollouts exist.
         rollout_phase: Some(RolloutPhase::Stable),
+        health_request: None,
     }
 }
 

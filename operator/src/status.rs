@@ -228,6 +228,7 @@ pub fn aggregate(o: &Observed) -> NetworkTuningStatus {
             })
             .collect(),
         waves: prev.map(|p| p.waves.clone()).unwrap_or_default(),
+        message: None,
     }
 }
 
