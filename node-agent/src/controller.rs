@@ -1,10 +1,16 @@
 //! The watch loop: connects the [`Reconciler`] to the API server.
 //!
 //! The agent watches only its own NodeTuning (a field selector on `metadata.name`), reconciles
-//! on every event and every `--resync-interval`, and server-side-applies the status subresource
-//! as [`AGENT_FIELD_MANAGER`] when, and only when, the status changed. Host work runs on the
+//! on every event and every `--resync-interval` (each reconcile re-reads the host, so this is
+//! also the drift check), and server-side-applies the status subresource as
+//! [`AGENT_FIELD_MANAGER`] when, and only when, the status changed. Host work runs on the
 //! current thread (`block_in_place`): a transaction is never abandoned half-way by a signal; the
 //! loop exits cleanly on SIGTERM or SIGINT between reconciles.
+//!
+//! While `spec.healthRequest` is present, a [`Sampler`] times the health windows: the loop wakes
+//! at the end of each window, reads the TCP counters under `--proc-root` and writes status once
+//! with the new sample. Every status write carries the latest sample (server-side apply would
+//! drop a field the write leaves out); when the request goes away the next write clears it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +28,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::appliers::Host;
 use crate::config::Config;
 use crate::exporter::{Exporter, NodeInfoLabels};
+use crate::health::{Ended, Sampler, Snapshot};
 use crate::journal::JournalStore;
 use crate::reconciler::{Desired, Next, Reconciler};
 use crate::report::{self, StatusInput};
@@ -38,11 +45,11 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
 /// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
 pub async fn run(config: Config) -> Result<()> {
     let transactor = Transactor::new(
-        Host::new(&config.proc_root, &config.sys_root),
+        Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root),
         JournalStore::new(&config.state_dir),
     );
     let mut reconciler = Reconciler::new(transactor, config.step_delay);
-    let metrics = Arc::new(Exporter::new(&config.proc_root));
+    let metrics = Arc::new(Exporter::new(&config.proc_root).with_xdp_drops(&config.bpffs_root));
     let addr = config.metrics_bind_address;
     let bound = crate::exporter::serve(addr, metrics.clone())
         .await
@@ -72,6 +79,9 @@ pub async fn run(config: Config) -> Result<()> {
         object: None,
         status_failed: false,
         metrics,
+        last: None,
+        sampler: Sampler::new(),
+        resumed: false,
     };
 
     let selector = format!("metadata.name={}", config.node_name);
@@ -88,6 +98,7 @@ pub async fn run(config: Config) -> Result<()> {
     tracing::info!(node = %config.node_name, "watching NodeTuning");
 
     loop {
+        let health_deadline = agent.sampler.deadline().map(Instant::from_std);
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: exiting"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: exiting"); break; }
@@ -118,6 +129,8 @@ pub async fn run(config: Config) -> Result<()> {
                 }
             },
             _ = resync.tick(), if listed => agent.reconcile().await,
+            _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
+                if health_deadline.is_some() => agent.end_health_window().await,
         }
         if std::mem::take(&mut agent.status_failed) {
             resync.reset_at(Instant::now() + STATUS_RETRY);
@@ -137,12 +150,23 @@ struct Agent {
     status_failed: bool,
     /// The /metrics registry: node info and the agent's work.
     metrics: Arc<Exporter>,
+    /// The last reconcile's desired state and outcome, which a health sample is reported with.
+    last: Option<(Desired, Outcome)>,
+    /// Health windows and the latest sample.
+    sampler: Sampler,
+    /// Whether the sample of the status found at start was taken over.
+    resumed: bool,
 }
 
 impl Agent {
     /// One reconcile of the current object: decide, maybe transact, report.
     async fn reconcile(&mut self) {
         let desired = Desired::of(self.object.as_ref());
+        if !std::mem::replace(&mut self.resumed, true) {
+            let previous = self.object.as_ref().and_then(|o| o.status.as_ref());
+            self.sampler
+                .resume(previous.and_then(|s| s.health.as_ref()));
+        }
         self.metrics
             .node_info
             .set(NodeInfoLabels::of(self.object.as_ref()));
@@ -150,10 +174,15 @@ impl Agent {
         let outcome = match next {
             Ok(Next::Report(outcome)) => outcome,
             Ok(Next::Transaction { applying }) => {
-                // The host was on this very revision and needs writes again: drift.
-                let drift = applying.as_ref().is_some_and(|a| {
-                    a.applied.as_ref().map(|a| a.revision.as_str()) == desired.revision()
-                });
+                // Settings of the applied revision changed and the policy re-applies them.
+                let drift = !self.reconciler.drifted().is_empty();
+                if drift {
+                    tracing::warn!(
+                        drifted = %crate::drift::message(self.reconciler.drifted()),
+                        "settings drifted; writing the desired values again"
+                    );
+                }
+                self.sampler.transaction_started();
                 if let Some(applying) = applying {
                     self.report(&desired, &applying).await;
                 }
@@ -176,7 +205,53 @@ impl Agent {
             }
         };
         self.metrics.work.applied(outcome.applied.as_ref());
+        self.follow_health_request(&outcome);
         self.report(&desired, &outcome).await;
+        self.last = Some((desired, outcome));
+    }
+
+    /// Starts, keeps or stops health sampling as the spec's `healthRequest` says, with the host
+    /// on the revision of `outcome`.
+    fn follow_health_request(&mut self, outcome: &Outcome) {
+        let request = self
+            .object
+            .as_ref()
+            .and_then(|o| o.spec.health_request.as_ref());
+        let revision = outcome.applied.as_ref().map(|a| a.revision.as_str());
+        let proc_root = &self.config.proc_root;
+        let started = self
+            .sampler
+            .update(request, revision, || Snapshot::take(proc_root));
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "health sampling");
+        }
+    }
+
+    /// Ends the health window that is due: reads the counters and writes the sample.
+    async fn end_health_window(&mut self) {
+        let revision = self
+            .last
+            .as_ref()
+            .and_then(|(_, o)| o.applied.as_ref())
+            .map(|a| a.revision.clone());
+        let snapshot = block_in_place(|| Snapshot::take(&self.config.proc_root));
+        match self.sampler.end(revision.as_deref(), snapshot) {
+            Some(Ended::Sample(measured)) => {
+                if !measured.went_backwards.is_empty() {
+                    tracing::warn!(
+                        counters = ?measured.went_backwards,
+                        "TCP counters went backwards (reset); this window measured nothing"
+                    );
+                }
+                if let Some((desired, outcome)) = self.last.clone() {
+                    self.report(&desired, &outcome).await;
+                }
+            }
+            Some(Ended::Unmeasured(reason)) => {
+                tracing::warn!(%reason, "no health sample for this window");
+            }
+            None => {}
+        }
     }
 
     /// Writes the status for `outcome` when it differs from the current one.
@@ -190,7 +265,9 @@ impl Agent {
         let status = report::status(&StatusInput {
             outcome,
             observed_revision: desired.revision(),
+            drifted: self.reconciler.drifted(),
             facts: Some(facts),
+            health: self.sampler.latest(),
             previous,
             generation: object.metadata.generation,
             now: report::now(),

@@ -11,7 +11,9 @@
 //!   [`transaction::plan`] decides what to write from (desired, journal, current values) and
 //!   touches nothing; [`transaction::Transactor`] carries a plan out against the host.
 //! - [`reconciler::Reconciler`] decides, for one desired state, whether to plan, apply, revert or
-//!   re-report, and remembers failed revisions; [`controller`] connects it to the API server.
+//!   re-report, and remembers failed revisions; [`drift`] finds applied settings that changed
+//!   behind the agent's back; [`health`] measures TCP health samples over the windows the
+//!   operator asks for; [`controller`] connects it all to the API server.
 //! - [`journal`] is the crash-safe record of originals and in-flight transactions,
 //!   [`appliers`] reads and writes host settings, [`facts`] describes the host, and [`report`]
 //!   turns outcomes into a `NodeTuningStatus`; [`exporter`] serves `/metrics`.
@@ -23,9 +25,11 @@ use std::path::PathBuf;
 pub mod appliers;
 pub mod config;
 pub mod controller;
+pub mod drift;
 pub mod expand;
 pub mod exporter;
 pub mod facts;
+pub mod health;
 pub mod journal;
 pub mod reconciler;
 pub mod report;

@@ -3,17 +3,25 @@
 //! It turns the NodeTuning into a [`Desired`], decides whether the host needs a transaction,
 //! runs it through the [`Transactor`], and remembers what it reported and which revision failed,
 //! so that a failed revision is not retried until the spec changes (a restart retries it once).
+//!
+//! Every decision re-reads the host, so every reconcile (each event and each
+//! `--resync-interval`) is also a drift check: when settings of the applied revision no longer
+//! hold their desired values, [`Reconciler::drifted`] lists them and
+//! `NodeConfig.driftPolicy` decides — `Reapply` runs a transaction that writes them again,
+//! `Report` changes nothing and reports the host as it is until it matches again or the spec
+//! changes.
 
 use std::time::Duration;
 
 use std::net::IpAddr;
 
-use hoststack_crds::{ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning};
+use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning};
 
-use crate::appliers::{dpdk, irq, Kind};
+use crate::appliers::{dpdk, irq, Kind, Reading};
+use crate::drift::{self, Drift};
 use crate::expand::{expand, refused_item, Discovery};
 use crate::journal::Applied;
-use crate::transaction::{Goal, Outcome, Transactor};
+use crate::transaction::{Goal, Outcome, Readings, Transactor};
 use crate::Result;
 
 /// What the node's NodeTuning asks for.
@@ -59,6 +67,14 @@ impl Desired {
     pub fn revision(&self) -> Option<&str> {
         match self {
             Desired::Revision { revision, .. } => Some(revision),
+            Desired::Absent | Desired::Withdrawn => None,
+        }
+    }
+
+    /// What to do about drift, for a revision.
+    pub fn drift_policy(&self) -> Option<DriftPolicy> {
+        match self {
+            Desired::Revision { config, .. } => Some(config.drift_policy.unwrap_or_default()),
             Desired::Absent | Desired::Withdrawn => None,
         }
     }
@@ -110,6 +126,8 @@ pub struct Reconciler {
     failed: Option<Desired>,
     /// The API server's address, whose route DPDK binding must not cut.
     api_server: Option<IpAddr>,
+    /// Settings of the applied revision that drifted, as the last decision found them.
+    drifted: Vec<Drift>,
 }
 
 impl Reconciler {
@@ -121,7 +139,15 @@ impl Reconciler {
             last: None,
             failed: None,
             api_server: None,
+            drifted: Vec::new(),
         }
+    }
+
+    /// The settings of the applied revision whose host value is not the desired one, as the
+    /// last [`Reconciler::next`] read them (cleared by a transaction that succeeds). Empty
+    /// unless the spec asks to apply the revision the host is on.
+    pub fn drifted(&self) -> &[Drift] {
+        &self.drifted
     }
 
     /// Sets the API server's address (from the client configuration): the interface that routes
@@ -211,6 +237,17 @@ impl Reconciler {
         }
         let Expanded { goal, blockers } = self.expand(desired)?;
         let prepared = self.transactor.prepare(&goal, &mut pause)?;
+        self.drifted = match desired {
+            Desired::Revision {
+                mode: Mode::Apply, ..
+            } if blockers.is_empty() => drift::detect(
+                &drift::applied_settings(&goal, &prepared.journal),
+                &prepared.readings,
+            ),
+            _ => Vec::new(),
+        };
+        let report_drift = desired.drift_policy() == Some(DriftPolicy::Report)
+            && drift::only_drift(&prepared.plan, &self.drifted);
         let mut outcome = match desired {
             Desired::Revision { mode, .. } => {
                 if *mode == Mode::Plan {
@@ -226,8 +263,9 @@ impl Reconciler {
                     outcome
                 } else if !blockers.is_empty() {
                     not_supported(prepared.preview(&goal), blockers)
-                } else if prepared.is_settled(&goal) {
-                    self.reuse(desired, NodeState::Applied)
+                } else if prepared.is_settled(&goal) || report_drift {
+                    // Settled, or drifted under the Report policy: report the host as it is.
+                    self.reuse(desired, NodeState::Applied, &prepared.readings)
                         .unwrap_or_else(|| prepared.settled(&goal))
                 } else if !prepared.plan.failures.is_empty() {
                     // Fails before any write: no Applying in between.
@@ -249,7 +287,7 @@ impl Reconciler {
                 if !prepared.is_settled(&goal) {
                     return Ok(Next::Transaction { applying: None });
                 }
-                self.reuse(desired, NodeState::Reverted)
+                self.reuse(desired, NodeState::Reverted, &prepared.readings)
                     .unwrap_or_else(|| prepared.settled(&goal))
             }
         };
@@ -277,6 +315,9 @@ impl Reconciler {
                 if outcome.state == NodeState::Failed && matches!(desired, Desired::Revision { .. })
                 {
                     self.failed = Some(desired.clone());
+                } else {
+                    // Every setting was written and read back: nothing is drifted any more.
+                    self.drifted.clear();
                 }
                 outcome
             }
@@ -301,12 +342,25 @@ impl Reconciler {
     }
 
     /// The last outcome, when it was for `desired` and in `state`: a settled host keeps the
-    /// items of the transaction that settled it.
-    fn reuse(&self, desired: &Desired, state: NodeState) -> Option<Outcome> {
-        self.last
+    /// items of the transaction that settled it, with `actual` as `readings` found it now.
+    fn reuse(&self, desired: &Desired, state: NodeState, readings: &Readings) -> Option<Outcome> {
+        let (_, last) = self
+            .last
             .as_ref()
-            .filter(|(d, o)| d == desired && o.state == state)
-            .map(|(_, o)| o.clone())
+            .filter(|(d, o)| d == desired && o.state == state)?;
+        let mut outcome = last.clone();
+        for item in &mut outcome.items {
+            let reading = readings
+                .iter()
+                .find(|(s, _)| s.kind.as_str() == item.kind && s.target == item.target);
+            if let Some((_, reading)) = reading {
+                item.actual = match reading {
+                    Reading::Value(v) => Some(v.clone()),
+                    Reading::Missing(_) | Reading::Unreadable(_) => None,
+                };
+            }
+        }
+        Some(outcome)
     }
 
     /// The pause after each host write.
@@ -361,7 +415,7 @@ fn messages(items: &[ItemResult]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use hoststack_crds::{Firewall, NodeTuningSpec, SysctlValue, UserspaceStack};
+    use hoststack_crds::{NodeTuningSpec, SysctlValue, UserspaceStack};
 
     use super::*;
 
@@ -447,7 +501,6 @@ mod tests {
             Duration::ZERO,
         );
         let mut c = config();
-        c.firewall = Some(Firewall::default());
         c.userspace_stack = Some(UserspaceStack::default());
         let nt = object(NodeTuningSpec {
             tuning: Some("edge".into()),
@@ -456,10 +509,10 @@ mod tests {
         });
         let items = r.expand(&Desired::of(Some(&nt))).expect("expand").blockers;
         let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
-        assert_eq!(kinds, ["firewall", "userspaceStack"]);
+        assert_eq!(kinds, ["userspaceStack"]);
         assert!(items.iter().all(|i| i.state == ItemState::NotSupported));
         assert_eq!(
-            items[1].message.as_deref(),
+            items[0].message.as_deref(),
             Some("userspaceStack: not supported yet by this agent")
         );
     }

@@ -1,10 +1,15 @@
 //! Status building: turns an outcome into the NodeTuning's status, a pure function of its
 //! inputs so that unchanged outcomes give byte-identical statuses (and no write).
+//!
+//! Every status the agent writes is built here and carries every field the agent owns (it
+//! writes with server-side apply, which drops the fields a write leaves out): the outcome's
+//! items and conditions, the drift found, the host facts and the latest health sample.
 
-use hoststack_crds::{HostFacts, ItemState, NodeState, NodeTuningStatus};
+use hoststack_crds::{HealthSample, HostFacts, ItemState, NodeState, NodeTuningStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::drift::{self, Drift};
 use crate::transaction::Outcome;
 
 /// Condition type: the asked revision is applied and verified.
@@ -13,6 +18,8 @@ pub const APPLIED: &str = "Applied";
 pub const DEGRADED: &str = "Degraded";
 /// Condition type: the spec was withdrawn and every original is restored.
 pub const REVERTED: &str = "Reverted";
+/// Condition type: settings of the applied revision changed on the host behind the agent's back.
+pub const DRIFTED: &str = "Drifted";
 
 /// Everything a status is built from.
 #[derive(Clone, Debug)]
@@ -21,8 +28,12 @@ pub struct StatusInput<'a> {
     pub outcome: &'a Outcome,
     /// The revision the outcome is about; absent when the spec was withdrawn.
     pub observed_revision: Option<&'a str>,
+    /// Settings of the applied revision whose value on the host is not the desired one.
+    pub drifted: &'a [Drift],
     /// Host facts.
     pub facts: Option<HostFacts>,
+    /// The health sample to report (the latest, while the spec asks for samples).
+    pub health: Option<&'a HealthSample>,
     /// The status before, whose condition transition times are kept when a condition's status
     /// does not change.
     pub previous: Option<&'a NodeTuningStatus>,
@@ -44,6 +55,10 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
     let o = input.outcome;
     let revision = input.observed_revision.unwrap_or("-");
     let applied_msg = match o.state {
+        NodeState::Applied if !input.drifted.is_empty() => format!(
+            "revision {revision} is applied; {} of its settings drifted since (see Drifted)",
+            input.drifted.len()
+        ),
         NodeState::Applied => format!("revision {revision} is applied and verified"),
         NodeState::Applying => format!("applying revision {revision}"),
         NodeState::Planned => "plan mode: nothing was changed".to_string(),
@@ -87,6 +102,17 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         } else {
             condition(input, REVERTED, false, &o.state.to_string(), String::new())
         },
+        if input.drifted.is_empty() {
+            condition(input, DRIFTED, false, "NoDrift", String::new())
+        } else {
+            condition(
+                input,
+                DRIFTED,
+                true,
+                "Drifted",
+                drift::message(input.drifted),
+            )
+        },
     ];
     NodeTuningStatus {
         state: Some(o.state),
@@ -97,7 +123,7 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         items: o.items.clone(),
         conditions,
         facts: input.facts.clone(),
-        health: None,
+        health: input.health.cloned(),
     }
 }
 
@@ -170,7 +196,9 @@ mod tests {
         let first = status(&StatusInput {
             outcome: &applied,
             observed_revision: Some("r1"),
+            drifted: &[],
             facts: None,
+            health: None,
             previous: None,
             generation: Some(3),
             now: at(100),
@@ -187,7 +215,9 @@ mod tests {
         let again = status(&StatusInput {
             outcome: &applied,
             observed_revision: Some("r1"),
+            drifted: &[],
             facts: None,
+            health: None,
             previous: Some(&first),
             generation: Some(3),
             now: at(200),
@@ -199,7 +229,9 @@ mod tests {
         let third = status(&StatusInput {
             outcome: &failed,
             observed_revision: Some("r2"),
+            drifted: &[],
             facts: None,
+            health: None,
             previous: Some(&first),
             generation: Some(4),
             now: at(300),
@@ -220,7 +252,9 @@ mod tests {
         let s = status(&StatusInput {
             outcome: &reverted,
             observed_revision: None,
+            drifted: &[],
             facts: None,
+            health: None,
             previous: None,
             generation: None,
             now: at(1),
@@ -234,12 +268,77 @@ mod tests {
         let s = status(&StatusInput {
             outcome: &unsupported,
             observed_revision: Some("r"),
+            drifted: &[],
             facts: None,
+            health: None,
             previous: None,
             generation: None,
             now: at(1),
         });
         assert_eq!(cond(&s, DEGRADED).reason, "NotSupported");
+    }
+
+    #[test]
+    fn drift_is_a_condition_and_the_health_sample_is_kept() {
+        let applied = outcome(NodeState::Applied, None);
+        let drifted = [Drift {
+            setting: crate::appliers::Setting::sysctl("net.ipv4.tcp_sack"),
+            desired: "0".into(),
+            found: crate::appliers::Reading::Value("1".into()),
+        }];
+        let sample = HealthSample {
+            request_id: "h1".into(),
+            out_segs: 10,
+            ..HealthSample::default()
+        };
+        let clean = status(&StatusInput {
+            outcome: &applied,
+            observed_revision: Some("r1"),
+            drifted: &[],
+            facts: None,
+            health: None,
+            previous: None,
+            generation: Some(1),
+            now: at(100),
+        });
+        assert_eq!(cond(&clean, DRIFTED).status, "False");
+        assert_eq!(cond(&clean, DRIFTED).reason, "NoDrift");
+        assert_eq!(clean.health, None);
+
+        let found = status(&StatusInput {
+            outcome: &applied,
+            observed_revision: Some("r1"),
+            drifted: &drifted,
+            facts: None,
+            health: Some(&sample),
+            previous: Some(&clean),
+            generation: Some(1),
+            now: at(200),
+        });
+        let d = cond(&found, DRIFTED);
+        assert_eq!((d.status.as_str(), d.reason.as_str()), ("True", "Drifted"));
+        assert_eq!(d.message, "sysctl net.ipv4.tcp_sack: desired 0, found 1");
+        assert_eq!(d.last_transition_time, at(200));
+        assert_eq!(
+            cond(&found, APPLIED).message,
+            "revision r1 is applied; 1 of its settings drifted since (see Drifted)"
+        );
+        assert_eq!(cond(&found, APPLIED).last_transition_time, at(100));
+        assert_eq!(found.health.as_ref(), Some(&sample));
+
+        // Back in line: NoDrift from then on.
+        let fixed = status(&StatusInput {
+            outcome: &applied,
+            observed_revision: Some("r1"),
+            drifted: &[],
+            facts: None,
+            health: Some(&sample),
+            previous: Some(&found),
+            generation: Some(1),
+            now: at(300),
+        });
+        assert_eq!(cond(&fixed, DRIFTED).status, "False");
+        assert_eq!(cond(&fixed, DRIFTED).last_transition_time, at(300));
     }
 
     #[test]
