@@ -454,17 +454,20 @@ pub fn decode_features(reply: &Message, known: Vec<String>) -> Result<Features, 
     })
 }
 
-/// `STRSET_GET` of the feature names (a global string set: no device).
+/// `STRSET_GET` of the feature names (a global string set: an empty header, no device).
 pub fn feature_names_get() -> Message {
     Message {
         cmd: cmd::STRSET_GET,
-        attrs: vec![Attr::nest(
-            A_STRSET_STRINGSETS,
-            vec![Attr::nest(
-                A_STRINGSETS_STRINGSET,
-                vec![Attr::u32(A_STRINGSET_ID, ETH_SS_FEATURES)],
-            )],
-        )],
+        attrs: vec![
+            Attr::nest(A_HEADER, Vec::new()),
+            Attr::nest(
+                A_STRSET_STRINGSETS,
+                vec![Attr::nest(
+                    A_STRINGSETS_STRINGSET,
+                    vec![Attr::u32(A_STRINGSET_ID, ETH_SS_FEATURES)],
+                )],
+            ),
+        ],
     }
 }
 
@@ -727,8 +730,14 @@ mod tests {
             names.expect("names"),
             ["tx-scatter-gather", "tx-scatter-gather-fraglist"]
         );
-        // The request asks for the feature string set and names no device.
-        let req = feature_names_get();
-        assert!(find(&req.attrs, A_HEADER).is_none());
+        // The request asks for the feature string set with an empty header (no device), as
+        // `ethtool -k` sends it (recorded with strace).
+        assert_eq!(
+            encode(&feature_names_get()),
+            [
+                0x04, 0x00, 0x01, 0x80, 0x10, 0x00, 0x02, 0x80, 0x0c, 0x00, 0x01, 0x80, 0x08, 0x00,
+                0x01, 0x00, 0x04, 0x00, 0x00, 0x00
+            ]
+        );
     }
 }
