@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use hoststack_crds::{HostFacts, InterfaceFacts, ItemResult, ItemState, NodeConfig};
 
 use crate::appliers::irq::{self, QueueIrq};
-use crate::appliers::{dpdk, hugepages, matching, rps, Host, Kind, Refusal, Setting, Wants};
+use crate::appliers::{dpdk, hugepages, matching, nic, rps, Host, Kind, Refusal, Setting, Wants};
 use crate::journal::Journal;
 use crate::transaction::Desired;
 
@@ -29,6 +29,8 @@ pub struct Discovery {
     /// someone else), named by their PCI address: only an entry that matches by `pciAddress`
     /// alone (no name, no driver) selects them, for DPDK binding.
     pub unattached: Vec<InterfaceFacts>,
+    /// Each interface's offload features and channel counts, read through netlink.
+    pub nic: BTreeMap<String, nic::NicFacts>,
 }
 
 impl Discovery {
@@ -54,6 +56,11 @@ impl Discovery {
             }
         }
         let unattached = dpdk::unattached_devices(roots, &facts.interfaces);
+        let nic = facts
+            .interfaces
+            .iter()
+            .map(|i| (i.name.clone(), nic::NicFacts::read(host.kernel(), &i.name)))
+            .collect();
         let irqs = facts
             .interfaces
             .iter()
@@ -81,6 +88,7 @@ impl Discovery {
             irqs,
             dpdk,
             unattached,
+            nic,
         }
     }
 }
@@ -108,20 +116,15 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
     // Interfaces bound to DPDK, and interfaces tuned otherwise, with the entry doing it.
     let mut bound: BTreeMap<String, String> = BTreeMap::new();
     let mut tuned: BTreeMap<String, String> = BTreeMap::new();
+    // RPS and XPS plan for the queues there are once the channel counts are set.
+    let interfaces = nic::interfaces_after(config, &d.facts.interfaces, &d.nic);
     for (i, entry) in config.interfaces.iter().enumerate() {
         let field = format!("interfaces[{i}]");
-        let parts = [
-            ("channels", entry.channels.is_some()),
-            ("offloads", !entry.offloads.is_empty()),
-            ("rings", entry.rings.is_some()),
-            ("mtu", entry.mtu.is_some()),
-            ("xdp", entry.xdp.is_some()),
-        ];
-        for (part, _) in parts.iter().filter(|(_, used)| *used) {
-            unsupported.push(not_supported("interfaces", &format!("{field}.{part}")));
+        if entry.xdp.is_some() {
+            unsupported.push(not_supported("interfaces", &format!("{field}.xdp")));
         }
         let m = &entry.match_;
-        let mut matched = matching::select(m, &d.facts.interfaces);
+        let mut matched = matching::select(m, &interfaces);
         if m.name.is_none() && m.driver.is_none() {
             matched.extend(matching::select(m, &d.unattached));
         }
@@ -140,6 +143,9 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
         }
         for iface in matched {
             let name = &iface.name;
+            let nic_wants = nic::desired(&field, name, entry, d.nic.get(name));
+            let nic_tuned = !nic_wants.settings.is_empty() || !nic_wants.refused.is_empty();
+            wants.extend(nic_wants);
             if let Some(aff) = &entry.irq_affinity {
                 let irqs = d.irqs.get(name).map(Vec::as_slice).unwrap_or_default();
                 wants.extend(irq::desired(
@@ -160,7 +166,11 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
             if let Some(x) = &entry.xps {
                 wants.extend(rps::desired_xps(&format!("{field}.xps"), iface, x, &online));
             }
-            if entry.irq_affinity.is_some() || entry.rps.is_some() || entry.xps.is_some() {
+            if entry.irq_affinity.is_some()
+                || entry.rps.is_some()
+                || entry.xps.is_some()
+                || nic_tuned
+            {
                 tuned.entry(name.clone()).or_insert_with(|| field.clone());
             }
             if let Some(binding) = &entry.dpdk {
@@ -319,7 +329,79 @@ mod tests {
                 pci_address: Some("0000:00:06.0".into()),
                 ..InterfaceFacts::default()
             }],
+            nic: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn nic_parts_plan_with_aliases_and_the_queues_after_the_channels() {
+        let mut d = discovery();
+        let known: Vec<String> = [
+            "rx-gro",
+            "rx-lro",
+            "tx-tcp-segmentation",
+            "tx-tcp6-segmentation",
+        ]
+        .map(String::from)
+        .to_vec();
+        d.nic.insert(
+            "eth1".into(),
+            nic::NicFacts {
+                features: Ok(nic::Features {
+                    changeable: ["rx-gro", "tx-tcp-segmentation", "tx-tcp6-segmentation"]
+                        .map(String::from)
+                        .into(),
+                    active: ["tx-tcp-segmentation", "tx-tcp6-segmentation"]
+                        .map(String::from)
+                        .into(),
+                    known,
+                }),
+                channels: Ok(nic::ChannelInfo {
+                    combined: 2,
+                    combined_max: 2,
+                    ..nic::ChannelInfo::default()
+                }),
+            },
+        );
+        let mut c = NodeConfig::default();
+        let mut e = entry("eth1");
+        e.channels = Some(hoststack_crds::Channels {
+            combined: Some(1),
+            rx: None,
+            tx: None,
+        });
+        e.offloads = [("tso".to_string(), false), ("gro".to_string(), true)].into();
+        e.mtu = Some(9000);
+        e.rps = Some(Rps {
+            cpus: "1".into(),
+            flow_entries: None,
+        });
+        c.interfaces.push(e);
+        let x = expand(&c, &d);
+        assert!(x.refused.is_empty(), "{:?}", x.refused);
+        assert!(x.unsupported.is_empty(), "{:?}", x.unsupported);
+        assert_eq!(
+            keys(&x),
+            [
+                "channels eth1/combined=1",
+                "offload eth1/rx-gro=on",
+                "offload eth1/tx-tcp-segmentation=off",
+                "offload eth1/tx-tcp6-segmentation=off",
+                "mtu eth1=9000",
+                // One combined channel left: RPS for rx-0 only.
+                "rpsCpus eth1/rx-0=2",
+            ]
+        );
+        // eth0's features were not read: its offloads are refused with the reason.
+        let mut c = NodeConfig::default();
+        let mut e = entry("eth0");
+        e.offloads = [("lro".to_string(), true)].into();
+        c.interfaces.push(e);
+        let x = expand(&c, &d);
+        assert_eq!(
+            x.refused[0].message,
+            "interfaces[0].offloads: the offload features of eth0 were not read"
+        );
     }
 
     #[test]
@@ -473,10 +555,15 @@ mod tests {
             .desired
             .contains_key(&Setting::new(Kind::RpsCpus, "eth0/rx-0")));
         let unsupported: Vec<&str> = x.unsupported.iter().map(|i| i.target.as_str()).collect();
-        assert_eq!(unsupported, ["interfaces[2].mtu", "firewall"]);
+        assert_eq!(unsupported, ["firewall"]);
         assert_eq!(
             x.unsupported[0].message.as_deref(),
-            Some("interfaces[2].mtu: not supported yet by this agent")
+            Some("firewall: not supported yet by this agent")
+        );
+        // The MTU of a device bound to DPDK is refused with the binding.
+        assert!(
+            has("interfaces[2]: eth1 is bound to DPDK by interfaces[2]"),
+            "{messages:?}"
         );
     }
 

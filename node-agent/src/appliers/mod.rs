@@ -3,7 +3,7 @@
 //!
 //! Every setting is a [`Setting`] (a [`Kind`] and a target within it) whose value is a string,
 //! so the journal, the plan and the undo treat all kinds alike. The kinds are declared in the
-//! agent's apply order (hugepages, sysctls, IRQ affinity, RPS/XPS, DPDK binding): the plan sets
+//! agent's apply order (hugepages, sysctls, NIC, IRQ affinity, RPS/XPS, DPDK binding): the plan sets
 //! settings in [`Setting`] order, and a revert restores them in reverse.
 //!
 //! Reads go straight to the files under the configured roots; every change goes through a
@@ -23,6 +23,7 @@ pub mod hugepages;
 pub mod hugetlbfs;
 pub mod irq;
 pub mod matching;
+pub mod nic;
 pub mod rps;
 pub mod sysctl;
 
@@ -39,6 +40,18 @@ pub enum Kind {
     /// A kernel parameter under `<proc-root>/sys`, named by its dotted key.
     #[serde(rename = "sysctl")]
     Sysctl,
+    /// A channel count of an interface, named `IF/combined`, `IF/rx` or `IF/tx`.
+    #[serde(rename = "channels")]
+    Channels,
+    /// An offload feature of an interface (`on`/`off`), named `IF/<kernel feature name>`.
+    #[serde(rename = "offload")]
+    Offload,
+    /// A ring size of an interface, named `IF/rx` or `IF/tx`.
+    #[serde(rename = "ring")]
+    Ring,
+    /// The MTU of an interface, named by the interface.
+    #[serde(rename = "mtu")]
+    Mtu,
     /// The CPUs of one IRQ (`<proc-root>/irq/N/smp_affinity_list`), named by its number.
     #[serde(rename = "irqAffinity")]
     IrqAffinity,
@@ -63,6 +76,10 @@ impl Kind {
             Kind::Hugepages => "hugepages",
             Kind::Hugetlbfs => "hugetlbfs",
             Kind::Sysctl => "sysctl",
+            Kind::Channels => "channels",
+            Kind::Offload => "offload",
+            Kind::Ring => "ring",
+            Kind::Mtu => "mtu",
             Kind::IrqAffinity => "irqAffinity",
             Kind::RpsCpus => "rpsCpus",
             Kind::RpsFlowCnt => "rpsFlowCnt",
@@ -77,6 +94,7 @@ impl Kind {
     pub fn same_value(self, a: &str, b: &str) -> bool {
         match self {
             Kind::Sysctl => same_value(a, b),
+            Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => nic::same_value(self, a, b),
             Kind::IrqAffinity => match (irq::parse_list(a), irq::parse_list(b)) {
                 (Some(x), Some(y)) => x == y,
                 _ => same_value(a, b),
@@ -158,6 +176,54 @@ pub trait Kernel: fmt::Debug + Send + Sync {
     fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()>;
     /// Unmounts the file system mounted on `dir`.
     fn unmount(&self, dir: &Path) -> io::Result<()>;
+    /// The channel counts of interface `iface` (ethtool netlink `CHANNELS_GET`).
+    fn nic_channels(&self, iface: &str) -> io::Result<nic::ChannelInfo> {
+        Err(nic_unsupported(iface))
+    }
+    /// Sets channel counts of `iface` (`CHANNELS_SET`).
+    fn set_nic_channels(&self, iface: &str, counts: &nic::ChannelCounts) -> io::Result<()> {
+        let _ = counts;
+        Err(nic_unsupported(iface))
+    }
+    /// The ring sizes of `iface` (`RINGS_GET`).
+    fn nic_rings(&self, iface: &str) -> io::Result<nic::RingInfo> {
+        Err(nic_unsupported(iface))
+    }
+    /// Sets ring sizes of `iface` (`RINGS_SET`).
+    fn set_nic_rings(&self, iface: &str, sizes: &nic::RingSizes) -> io::Result<()> {
+        let _ = sizes;
+        Err(nic_unsupported(iface))
+    }
+    /// The offload features of `iface` (`STRSET_GET` and `FEATURES_GET`).
+    fn nic_features(&self, iface: &str) -> io::Result<nic::Features> {
+        Err(nic_unsupported(iface))
+    }
+    /// Sets the wanted state of the named features of `iface` (`FEATURES_SET`).
+    fn set_nic_features(
+        &self,
+        iface: &str,
+        wanted: &std::collections::BTreeMap<String, bool>,
+    ) -> io::Result<()> {
+        let _ = wanted;
+        Err(nic_unsupported(iface))
+    }
+    /// The MTU of `iface` (rtnetlink `RTM_GETLINK`).
+    fn mtu(&self, iface: &str) -> io::Result<u32> {
+        Err(nic_unsupported(iface))
+    }
+    /// Sets the MTU of `iface` (`RTM_SETLINK` with `IFLA_MTU`).
+    fn set_mtu(&self, iface: &str, mtu: u32) -> io::Result<()> {
+        let _ = mtu;
+        Err(nic_unsupported(iface))
+    }
+}
+
+/// The error of a kernel without NIC calls (the default of [`Kernel`]'s netlink methods).
+fn nic_unsupported(iface: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("this kernel has no netlink calls for {iface}"),
+    )
 }
 
 /// The running kernel.
@@ -199,6 +265,42 @@ impl Kernel for RealKernel {
         } else {
             Err(io::Error::last_os_error())
         }
+    }
+
+    fn nic_channels(&self, iface: &str) -> io::Result<nic::ChannelInfo> {
+        nic::socket::channels(iface)
+    }
+
+    fn set_nic_channels(&self, iface: &str, counts: &nic::ChannelCounts) -> io::Result<()> {
+        nic::socket::set_channels(iface, counts)
+    }
+
+    fn nic_rings(&self, iface: &str) -> io::Result<nic::RingInfo> {
+        nic::socket::rings(iface)
+    }
+
+    fn set_nic_rings(&self, iface: &str, sizes: &nic::RingSizes) -> io::Result<()> {
+        nic::socket::set_rings(iface, sizes)
+    }
+
+    fn nic_features(&self, iface: &str) -> io::Result<nic::Features> {
+        nic::socket::features(iface)
+    }
+
+    fn set_nic_features(
+        &self,
+        iface: &str,
+        wanted: &std::collections::BTreeMap<String, bool>,
+    ) -> io::Result<()> {
+        nic::socket::set_features(iface, wanted)
+    }
+
+    fn mtu(&self, iface: &str) -> io::Result<u32> {
+        nic::socket::mtu(iface)
+    }
+
+    fn set_mtu(&self, iface: &str, mtu: u32) -> io::Result<()> {
+        nic::socket::set_mtu(iface, mtu)
     }
 }
 
@@ -265,12 +367,20 @@ impl Host {
         &self.roots
     }
 
+    /// The kernel its changes (and its netlink reads) go through.
+    pub fn kernel(&self) -> &dyn Kernel {
+        self.kernel.as_ref()
+    }
+
     /// Reads one setting.
     pub fn read(&self, setting: &Setting) -> Reading {
         let t = &setting.target;
         let r = &self.roots;
         match setting.kind {
             Kind::Sysctl => sysctl::Sysctls::new(&r.proc_root).read(t),
+            Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => {
+                nic::read(self.kernel.as_ref(), setting.kind, t)
+            }
             Kind::Hugepages => hugepages::read(r, t),
             Kind::Hugetlbfs => hugetlbfs::read(r, t),
             Kind::IrqAffinity => irq::read(r, t),
@@ -287,6 +397,9 @@ impl Host {
         let k = self.kernel.as_ref();
         match setting.kind {
             Kind::Sysctl => sysctl::Sysctls::new(&r.proc_root).write_with(k, t, value),
+            Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => {
+                nic::write(k, setting.kind, t, value)
+            }
             Kind::Hugepages => hugepages::write(r, k, t, value),
             Kind::Hugetlbfs => hugetlbfs::write(r, k, t, value),
             Kind::IrqAffinity => irq::write(r, k, t, value),
@@ -400,9 +513,13 @@ mod tests {
         let mut kinds = vec![
             Kind::PciDriver,
             Kind::XpsCpus,
+            Kind::Mtu,
             Kind::Sysctl,
+            Kind::Offload,
             Kind::IrqAffinity,
+            Kind::Ring,
             Kind::Hugetlbfs,
+            Kind::Channels,
             Kind::RpsCpus,
             Kind::Hugepages,
         ];
@@ -413,6 +530,10 @@ mod tests {
                 Kind::Hugepages,
                 Kind::Hugetlbfs,
                 Kind::Sysctl,
+                Kind::Channels,
+                Kind::Offload,
+                Kind::Ring,
+                Kind::Mtu,
                 Kind::IrqAffinity,
                 Kind::RpsCpus,
                 Kind::XpsCpus,
