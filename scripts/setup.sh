@@ -21,9 +21,10 @@ fi
 
 # iproute2: ip netns/link/addr; openssl: the lab's PKI; procps: sysctl; util-linux: nsenter.
 # prometheus (with promtool), iperf3: the metrics e2e test; prometheus-node-exporter: the
-# scrape benchmark (node-agent/benches/scrape.rs).
+# scrape benchmark (node-agent/benches/scrape.rs). clang, llvm, libbpf-dev: the agent's build
+# compiles its XDP programs (node-agent/build.rs); iputils-ping: the XDP tests' blocked pings.
 PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config
-  prometheus iperf3 prometheus-node-exporter)
+  prometheus iperf3 prometheus-node-exporter clang llvm libbpf-dev iputils-ping)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -30,6 +30,11 @@ pub struct Config {
     /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
     #[arg(long, default_value = "0.0.0.0:9478")]
     pub metrics_bind_address: std::net::SocketAddr,
+    /// bpffs directory under which the agent pins its XDP programs, links and maps, one
+    /// directory per interface; pins outlive the agent, so a restart finds them. The agent
+    /// mounts a bpffs at /sys/fs/bpf when the root lies under it and none is mounted there.
+    #[arg(long, default_value = crate::appliers::xdp::DEFAULT_BPFFS_ROOT)]
+    pub bpffs_root: PathBuf,
 }
 
 /// Parses a duration written as number-unit pairs, e.g. `30s`, `1m30s`, `250ms`, `0ms`
@@ -118,11 +123,14 @@ mod tests {
             "5s",
             "--step-delay",
             "300ms",
+            "--bpffs-root",
+            "/tmp/bpffs/node-a",
         ])
         .expect("flags parse");
         assert_eq!(c.node_name, "node-a");
         assert_eq!(c.proc_root, PathBuf::from("/host/proc"));
         assert_eq!(c.resync_interval, Duration::from_secs(5));
         assert_eq!(c.step_delay, Duration::from_millis(300));
+        assert_eq!(c.bpffs_root, PathBuf::from("/tmp/bpffs/node-a"));
     }
 }

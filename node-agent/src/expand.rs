@@ -11,7 +11,9 @@ use std::net::IpAddr;
 use hoststack_crds::{HostFacts, InterfaceFacts, ItemResult, ItemState, NodeConfig};
 
 use crate::appliers::irq::{self, QueueIrq};
-use crate::appliers::{dpdk, hugepages, matching, nic, rps, Host, Kind, Refusal, Setting, Wants};
+use crate::appliers::{
+    dpdk, firewall, hugepages, matching, nic, rps, xdp, Host, Kind, Refusal, Setting, Wants,
+};
 use crate::journal::Journal;
 use crate::transaction::Desired;
 
@@ -120,9 +122,6 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
     let interfaces = nic::interfaces_after(config, &d.facts.interfaces, &d.nic);
     for (i, entry) in config.interfaces.iter().enumerate() {
         let field = format!("interfaces[{i}]");
-        if entry.xdp.is_some() {
-            unsupported.push(not_supported("interfaces", &format!("{field}.xdp")));
-        }
         let m = &entry.match_;
         let mut matched = matching::select(m, &interfaces);
         if m.name.is_none() && m.driver.is_none() {
@@ -166,9 +165,18 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
             if let Some(x) = &entry.xps {
                 wants.extend(rps::desired_xps(&format!("{field}.xps"), iface, x, &online));
             }
+            if let Some(x) = &entry.xdp {
+                wants.extend(xdp::desired(
+                    &format!("{field}.xdp"),
+                    iface,
+                    x,
+                    &d.dpdk.management,
+                ));
+            }
             if entry.irq_affinity.is_some()
                 || entry.rps.is_some()
                 || entry.xps.is_some()
+                || entry.xdp.is_some()
                 || nic_tuned
             {
                 tuned.entry(name.clone()).or_insert_with(|| field.clone());
@@ -202,8 +210,8 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
             rps::sock_flow_entries(total),
         );
     }
-    if config.firewall.is_some() {
-        unsupported.push(not_supported("firewall", "firewall"));
+    if let Some(spec) = &config.firewall {
+        wants.extend(firewall::desired(spec));
     }
     if config.userspace_stack.is_some() {
         unsupported.push(not_supported("userspaceStack", "userspaceStack"));
@@ -276,7 +284,7 @@ pub fn refused_item(r: &Refusal, state: ItemState) -> ItemResult {
 mod tests {
     use hoststack_crds::{
         DpdkBinding, Firewall, HugepageReservation, InterfaceMatch, InterfaceTuning, IrqAffinity,
-        IrqPolicy, Rps, SysctlValue, Xps,
+        IrqPolicy, Rps, SysctlValue, UserspaceStack, Xps,
     };
 
     use super::*;
@@ -534,7 +542,11 @@ mod tests {
         });
         c.interfaces.push(x1);
         c.interfaces.push(x2);
-        c.firewall = Some(Firewall::default());
+        c.firewall = Some(Firewall {
+            blocked_prefixes: vec!["10.0.0.1/8".into()],
+            ..Firewall::default()
+        });
+        c.userspace_stack = Some(UserspaceStack::default());
         let x = expand(&c, &d);
         let messages: Vec<&str> = x.refused.iter().map(|r| r.message.as_str()).collect();
         let has = |text: &str| messages.iter().any(|m| m.contains(text));
@@ -555,15 +567,42 @@ mod tests {
             .desired
             .contains_key(&Setting::new(Kind::RpsCpus, "eth0/rx-0")));
         let unsupported: Vec<&str> = x.unsupported.iter().map(|i| i.target.as_str()).collect();
-        assert_eq!(unsupported, ["firewall"]);
+        assert_eq!(unsupported, ["userspaceStack"]);
         assert_eq!(
             x.unsupported[0].message.as_deref(),
-            Some("firewall: not supported yet by this agent")
+            Some("userspaceStack: not supported yet by this agent")
         );
+        assert!(
+            has("firewall.blockedPrefixes[0]: \"10.0.0.1/8\" has host bits set"),
+            "{messages:?}"
+        );
+        assert!(!x.desired.contains_key(&firewall::setting()));
         // The MTU of a device bound to DPDK is refused with the binding.
         assert!(
             has("interfaces[2]: eth1 is bound to DPDK by interfaces[2]"),
             "{messages:?}"
+        );
+    }
+
+    #[test]
+    fn a_firewall_is_one_table_set_after_rps_and_xps() {
+        let mut c = NodeConfig::default();
+        let mut e = entry("eth1");
+        e.xps = Some(Xps { cpus: "0".into() });
+        c.interfaces.push(e);
+        c.firewall = Some(Firewall {
+            blocked_prefixes: vec!["198.19.20.0/24".into()],
+            syn_rate_limit: None,
+            notrack_ports: vec![80],
+        });
+        let x = expand(&c, &discovery());
+        assert!(x.refused.is_empty(), "{:?}", x.refused);
+        assert!(x.unsupported.is_empty());
+        let settings: Vec<&Setting> = x.desired.keys().collect();
+        assert_eq!(settings.last(), Some(&&firewall::setting()));
+        assert_eq!(
+            x.desired[&firewall::setting()],
+            "blocked 198.19.20.0/24; syn-limit none; notrack 80"
         );
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Every setting is a [`Setting`] (a [`Kind`] and a target within it) whose value is a string,
 //! so the journal, the plan and the undo treat all kinds alike. The kinds are declared in the
-//! agent's apply order (hugepages, sysctls, NIC, IRQ affinity, RPS/XPS, DPDK binding): the plan sets
+//! agent's apply order (hugepages, sysctls, NIC, IRQ affinity, RPS/XPS, nftables, XDP, DPDK binding): the plan sets
 //! settings in [`Setting`] order, and a revert restores them in reverse.
 //!
 //! Reads go straight to the files under the configured roots; every change goes through a
@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub mod dpdk;
+pub mod firewall;
 pub mod hugepages;
 pub mod hugetlbfs;
 pub mod irq;
@@ -26,6 +27,7 @@ pub mod matching;
 pub mod nic;
 pub mod rps;
 pub mod sysctl;
+pub mod xdp;
 
 /// The kinds of host setting the agent manages, in apply order; the journal records each value
 /// with its kind.
@@ -64,6 +66,17 @@ pub enum Kind {
     /// The XPS CPU mask of one tx queue, named `IF/tx-N`.
     #[serde(rename = "xpsCpus")]
     XpsCpus,
+    /// The agent's nftables table, named `inet/hoststack`; its value describes the whole table
+    /// (`absent` when there is none).
+    #[serde(rename = "nftables")]
+    Nftables,
+    /// The source prefixes of an interface's XDP blocklist maps, named by the interface.
+    #[serde(rename = "xdpBlocklist")]
+    XdpBlocklist,
+    /// The XDP program attached to an interface (`none`, `blocklist/native`, ...), named by the
+    /// interface.
+    #[serde(rename = "xdpProgram")]
+    XdpProgram,
     /// The driver a PCI device is bound to, named `ADDR/IF/NETDRIVER`.
     #[serde(rename = "pciDriver")]
     PciDriver,
@@ -84,6 +97,9 @@ impl Kind {
             Kind::RpsCpus => "rpsCpus",
             Kind::RpsFlowCnt => "rpsFlowCnt",
             Kind::XpsCpus => "xpsCpus",
+            Kind::Nftables => "nftables",
+            Kind::XdpBlocklist => "xdpBlocklist",
+            Kind::XdpProgram => "xdpProgram",
             Kind::PciDriver => "pciDriver",
         }
     }
@@ -109,7 +125,9 @@ impl Kind {
                     _ => same_value(a, b),
                 }
             }
-            Kind::Hugetlbfs | Kind::PciDriver => same_value(a, b),
+            Kind::XdpBlocklist => xdp::same_blocklist(a, b),
+            Kind::XdpProgram => xdp::same_program(a, b),
+            Kind::Hugetlbfs | Kind::PciDriver | Kind::Nftables => same_value(a, b),
         }
     }
 
@@ -216,6 +234,68 @@ pub trait Kernel: fmt::Debug + Send + Sync {
         let _ = mtu;
         Err(nic_unsupported(iface))
     }
+    /// What is attached to `iface`'s XDP hook, and what hoststack pinned for it in `pins`;
+    /// NotFound when there is no such interface.
+    fn xdp_query(&self, iface: &str, pins: &xdp::Pins) -> io::Result<xdp::XdpState> {
+        let _ = (iface, pins);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Loads a built-in program, attaches it to `iface` in `mode` through a BPF link, and pins
+    /// link and program in `pins` (the blocklist program uses the maps pinned there, creating
+    /// and pinning missing ones empty).
+    fn xdp_attach(
+        &self,
+        iface: &str,
+        pins: &xdp::Pins,
+        program: xdp::Program,
+        mode: xdp::AttachMode,
+    ) -> io::Result<()> {
+        let _ = (iface, pins, program, mode);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Unpins the program and link of `pins`, which detaches the program.
+    fn xdp_detach(&self, pins: &xdp::Pins) -> io::Result<()> {
+        let _ = pins;
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// What the blocklist maps pinned in `pins` hold.
+    fn xdp_blocklist(&self, pins: &xdp::Pins) -> io::Result<xdp::Blocklist> {
+        let _ = pins;
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Creates and pins the blocklist maps in `pins` if needed, and makes them hold exactly
+    /// `prefixes`.
+    fn xdp_set_blocklist(&self, pins: &xdp::Pins, prefixes: &[xdp::Prefix]) -> io::Result<()> {
+        let _ = (pins, prefixes);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Unpins the blocklist maps of `pins`.
+    fn xdp_unpin_blocklist(&self, pins: &xdp::Pins) -> io::Result<()> {
+        let _ = pins;
+        Err(io::ErrorKind::Unsupported.into())
+    }
+    /// Lists the agent's nftables table (`inet hoststack`) in the agent's network namespace.
+    fn read_nft_table(&self) -> io::Result<firewall::Observed> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this kernel has no nftables calls",
+        ))
+    }
+    /// Replaces the agent's nftables table with one implementing `ruleset`, in one batch.
+    fn replace_nft_table(&self, ruleset: &firewall::Ruleset) -> io::Result<()> {
+        let _ = ruleset;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this kernel has no nftables calls",
+        ))
+    }
+    /// Deletes the agent's nftables table; nothing when there is none.
+    fn delete_nft_table(&self) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this kernel has no nftables calls",
+        ))
+    }
 }
 
 /// The error of a kernel without NIC calls (the default of [`Kernel`]'s netlink methods).
@@ -267,6 +347,10 @@ impl Kernel for RealKernel {
         }
     }
 
+    fn xdp_query(&self, iface: &str, pins: &xdp::Pins) -> io::Result<xdp::XdpState> {
+        xdp::real::query(iface, pins)
+    }
+
     fn nic_channels(&self, iface: &str) -> io::Result<nic::ChannelInfo> {
         nic::socket::channels(iface)
     }
@@ -301,6 +385,44 @@ impl Kernel for RealKernel {
 
     fn set_mtu(&self, iface: &str, mtu: u32) -> io::Result<()> {
         nic::socket::set_mtu(iface, mtu)
+    }
+
+    fn xdp_attach(
+        &self,
+        iface: &str,
+        pins: &xdp::Pins,
+        program: xdp::Program,
+        mode: xdp::AttachMode,
+    ) -> io::Result<()> {
+        xdp::real::attach(iface, pins, program, mode)
+    }
+
+    fn xdp_detach(&self, pins: &xdp::Pins) -> io::Result<()> {
+        xdp::real::detach(pins)
+    }
+
+    fn xdp_blocklist(&self, pins: &xdp::Pins) -> io::Result<xdp::Blocklist> {
+        xdp::real::blocklist(pins)
+    }
+
+    fn xdp_set_blocklist(&self, pins: &xdp::Pins, prefixes: &[xdp::Prefix]) -> io::Result<()> {
+        xdp::real::set_blocklist(pins, prefixes)
+    }
+
+    fn xdp_unpin_blocklist(&self, pins: &xdp::Pins) -> io::Result<()> {
+        xdp::real::unpin_blocklist(pins)
+    }
+
+    fn read_nft_table(&self) -> io::Result<firewall::Observed> {
+        firewall::netlink::read()
+    }
+
+    fn replace_nft_table(&self, ruleset: &firewall::Ruleset) -> io::Result<()> {
+        firewall::netlink::replace(ruleset)
+    }
+
+    fn delete_nft_table(&self) -> io::Result<()> {
+        firewall::netlink::delete()
     }
 }
 
@@ -349,6 +471,7 @@ impl Roots {
 pub struct Host {
     roots: Roots,
     kernel: Arc<dyn Kernel>,
+    bpffs_root: PathBuf,
 }
 
 impl Host {
@@ -359,7 +482,23 @@ impl Host {
 
     /// A host at `roots` whose changes go through `kernel`.
     pub fn with_kernel(roots: Roots, kernel: Arc<dyn Kernel>) -> Self {
-        Host { roots, kernel }
+        Host {
+            roots,
+            kernel,
+            bpffs_root: PathBuf::from(xdp::DEFAULT_BPFFS_ROOT),
+        }
+    }
+
+    /// The same host, pinning its BPF objects under `bpffs_root` (default
+    /// [`xdp::DEFAULT_BPFFS_ROOT`]).
+    pub fn with_bpffs_root(mut self, bpffs_root: &Path) -> Self {
+        self.bpffs_root = bpffs_root.to_path_buf();
+        self
+    }
+
+    /// The directory under which the host's BPF objects are pinned.
+    pub fn bpffs_root(&self) -> &Path {
+        &self.bpffs_root
     }
 
     /// Where the host is.
@@ -385,6 +524,9 @@ impl Host {
             Kind::Hugetlbfs => hugetlbfs::read(r, t),
             Kind::IrqAffinity => irq::read(r, t),
             Kind::RpsCpus | Kind::RpsFlowCnt | Kind::XpsCpus => rps::read(r, setting.kind, t),
+            Kind::Nftables => firewall::read(self.kernel.as_ref(), t),
+            Kind::XdpBlocklist => xdp::read_blocklist(self.kernel.as_ref(), &self.bpffs_root, t),
+            Kind::XdpProgram => xdp::read_program(self.kernel.as_ref(), &self.bpffs_root, t),
             Kind::PciDriver => dpdk::read(r, t),
         }
     }
@@ -406,6 +548,9 @@ impl Host {
             Kind::RpsCpus | Kind::RpsFlowCnt | Kind::XpsCpus => {
                 rps::write(r, k, setting.kind, t, value)
             }
+            Kind::Nftables => firewall::write(k, t, value),
+            Kind::XdpBlocklist => xdp::write_blocklist(k, &self.bpffs_root, t, value),
+            Kind::XdpProgram => xdp::write_program(k, &self.bpffs_root, t, value),
             Kind::PciDriver => dpdk::write(r, k, t, value),
         }
     }
@@ -498,6 +643,9 @@ mod tests {
             (Kind::RpsFlowCnt, "128", "64", false),
             (Kind::PciDriver, "driver=vfio-pci", "driver=vfio-pci ", true),
             (Kind::Sysctl, "1\t2", "1 2", true),
+            (Kind::XdpProgram, "blocklist/auto", "blocklist/generic", true),
+            (Kind::XdpProgram, "pass/native", "blocklist/native", false),
+            (Kind::XdpBlocklist, "10.0.0.0/8,10.1.0.0/16", "10.1.0.0/16,10.0.0.0/8", true),
         ];
         for (kind, a, b, same) in table {
             assert_eq!(kind.same_value(a, b), *same, "{kind:?} {a:?} {b:?}");
@@ -512,7 +660,10 @@ mod tests {
     fn kinds_sort_in_apply_order() {
         let mut kinds = vec![
             Kind::PciDriver,
+            Kind::XdpProgram,
+            Kind::Nftables,
             Kind::XpsCpus,
+            Kind::XdpBlocklist,
             Kind::Mtu,
             Kind::Sysctl,
             Kind::Offload,
@@ -537,6 +688,9 @@ mod tests {
                 Kind::IrqAffinity,
                 Kind::RpsCpus,
                 Kind::XpsCpus,
+                Kind::Nftables,
+                Kind::XdpBlocklist,
+                Kind::XdpProgram,
                 Kind::PciDriver,
             ]
         );

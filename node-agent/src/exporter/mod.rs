@@ -2,14 +2,18 @@
 //!
 //! One collector per file, like node_exporter: [`netstat`] (`/proc/net/netstat` and
 //! `/proc/net/snmp`), [`softnet`] (`/proc/net/softnet_stat`), [`node_info`] (the node's part in
-//! a rollout) and [`agent_work`] (the agent's transactions). Host files are read under
+//! a rollout), [`agent_work`] (the agent's transactions), [`xdp`] (the XDP blocklist's drop
+//! counters, from pinned maps) and [`firewall`] (the drop counters of the agent's nftables
+//! table, listed from the kernel). Host files are read under
 //! `--proc-root` on every scrape, into buffers kept between scrapes. docs/metrics.md lists
 //! every metric.
 
 pub mod agent_work;
+pub mod firewall;
 pub mod netstat;
 pub mod node_info;
 pub mod softnet;
+pub mod xdp;
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -61,12 +65,20 @@ impl Exporter {
             errors.clone(),
         )));
         registry.register_collector(Box::new(errors));
+        registry.register_collector(Box::new(firewall::FirewallCollector::default()));
         Exporter {
             registry,
             node_info,
             work,
             last_len: AtomicUsize::new(0),
         }
+    }
+
+    /// Also exports the drop counters of the XDP programs pinned under `bpffs_root`.
+    pub fn with_xdp_drops(mut self, bpffs_root: &Path) -> Self {
+        self.registry
+            .register_collector(Box::new(xdp::XdpCollector::new(bpffs_root)));
+        self
     }
 
     /// Reads the host files and encodes every metric in the OpenMetrics text format.
