@@ -30,3 +30,6 @@ pub const FINALIZER: &str = "hoststack.dev/revert";
 
 /// Label the operator sets on nodes that need an agent; the agent DaemonSet selects it.
 pub const AGENT_NODE_LABEL: &str = "hoststack.dev/agent";
+
+/// Label that prefers a node for the canary wave of every rollout (`"true"`).
+pub const CANARY_LABEL: &str = "hoststack.dev/canary";

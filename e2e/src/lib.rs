@@ -25,6 +25,7 @@ mod pki;
 mod process;
 pub mod prometheus;
 mod sweep;
+pub mod traffic;
 
 pub use config::{LabConfig, NodeKind, NodeSpec};
 pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};

@@ -255,18 +255,17 @@ fn the_host_refuses_and_the_node_is_left_as_it_was() {
     for (name, sysctl_set, bad_key) in cases {
         lab.apply_yaml(&tuning_yaml(name, "edge", 0, &sysctl_set))
             .expect("the schema accepts it");
-        lab.wait_for(
-            &format!("{name}: node-a to report Failed"),
-            CONVERGE,
-            || (node_state(&lab, "node-a") == "Failed").then_some(()),
-        );
-        let message = jsonpath(&lab, &["get", "nodetuning", "node-a"], "{.status.message}");
+        // The node is the canary of a first rollout: its failure rolls the tuning back, and
+        // the node returns to having nothing of it.
+        lab.wait_for(&format!("{name}: to roll back"), CONVERGE, || {
+            let phase = jsonpath(&lab, &["get", "networktuning", name], "{.status.phase}");
+            (phase == "RolledBack").then_some(())
+        });
+        let message = jsonpath(&lab, &["get", "networktuning", name], "{.status.message}");
         assert!(
-            message.contains(bad_key),
-            "{name}: message names the key: {message}"
+            message.contains("node-a failed to apply") && message.contains(bad_key),
+            "{name}: the message names the node and the key: {message}"
         );
-        let phase = jsonpath(&lab, &["get", "networktuning", name], "{.status.phase}");
-        assert_eq!(phase, "Failed");
         let degraded = jsonpath(
             &lab,
             &["get", "networktuning", name],
@@ -276,6 +275,9 @@ fn the_host_refuses_and_the_node_is_left_as_it_was() {
             degraded.contains("node-a") && degraded.contains(bad_key),
             "{degraded}"
         );
+        lab.wait_for(&format!("{name}: node-a to be reverted"), CONVERGE, || {
+            (node_state(&lab, "node-a") == "Reverted").then_some(())
+        });
         assert_eq!(
             sysctls(&lab, "node-a"),
             before,

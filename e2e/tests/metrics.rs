@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hoststack_e2e::prometheus::{http_get, Prometheus, SCRAPE_INTERVAL};
+use hoststack_e2e::traffic::Loss;
 use hoststack_e2e::{Lab, LabConfig};
 use serde_json::Value;
 
@@ -263,57 +264,6 @@ fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
-/// 2% random loss each way between `node` and `peer` on node's eth0 (netdev egress and
-/// ingress hooks, so the packets are lost on the wire as far as TCP can tell: a drop in an
-/// inet output chain is reported back to TCP as a local error and never retransmitted), in a
-/// table of its own, removed on drop.
-struct Loss<'lab> {
-    lab: &'lab Lab,
-    node: &'static str,
-}
-
-impl<'lab> Loss<'lab> {
-    fn install(lab: &'lab Lab, node: &'static str, peer: std::net::Ipv4Addr) -> Self {
-        let rules = format!(
-            "table netdev hs_loss {{\n  chain egress {{\n    type filter hook egress device eth0 priority 0;\n    ip daddr {peer} tcp dport 5201 numgen random mod 1000 < 20 drop\n  }}\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {peer} tcp sport 5201 numgen random mod 1000 < 20 drop\n  }}\n}}\n"
-        );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", lab.netns(node), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nft runs");
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), rules.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let loss = Loss { lab, node };
-        assert!(
-            out.status.success(),
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        loss
-    }
-
-    fn tables(lab: &Lab, node: &str) -> String {
-        let out = lab.exec_in_node(node, &["nft", "list", "tables"]);
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Loss<'_> {
-    fn drop(&mut self) {
-        let out = self
-            .lab
-            .exec_in_node(self.node, &["nft", "delete", "table", "netdev", "hs_loss"]);
-        if !out.status.success() {
-            eprintln!(
-                "removing the loss table: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-}
-
 #[test]
 fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let lab = Lab::start(LabConfig::default()).expect("lab starts");
@@ -378,7 +328,8 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let mut after = before.clone();
     let mut loss_end = 0.0;
     {
-        let _loss = Loss::install(&lab, SENDER, lab.node_ip(RECEIVER));
+        let _loss =
+            Loss::install(&lab, SENDER, lab.node_ip(RECEIVER), 5201, 20).expect("loss installs");
         assert!(Loss::tables(&lab, SENDER).contains("hs_loss"));
         for run in 1..=3 {
             let started = Instant::now();

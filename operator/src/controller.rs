@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use futures::{future, StreamExt};
 use hoststack_crds::{
-    Mode, NetworkTuning, NetworkTuningStatus, NodeState, NodeTuning, NodeTuningSpec, Phase,
-    RolloutPhase, AGENT_NODE_LABEL, FINALIZER, OPERATOR_FIELD_MANAGER,
+    AnalysisStatus, Mode, NetworkTuning, NetworkTuningStatus, NodeConfig, NodeState, NodeTuning,
+    NodeTuningSpec, Phase, RolloutPhase, AGENT_NODE_LABEL, CANARY_LABEL, FINALIZER,
+    OPERATOR_FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -24,8 +25,13 @@ use tracing::{info, warn};
 
 use crate::daemonset::needs_agent;
 use crate::metrics::Metrics;
-use crate::selection::{assign, Assignment, NodeLabels};
-use crate::status::{aggregate, condition, set_condition, Observed};
+use crate::rollout::gate::{self, PROMOTE_ANNOTATION};
+use crate::rollout::nodes::{self, NodePlan};
+use crate::rollout::planner::{self, NodeView, Report, State};
+use crate::rollout::strategy::{self, Gate};
+use crate::rollout::{history, progress};
+use crate::selection::{assign, Assignment, NodeLabels, TuningNodes};
+use crate::status::{aggregate, condition, node_applied, node_failure, set_condition, Observed};
 use crate::{Error, Result};
 
 /// How often a settled tuning is reconciled anyway.
@@ -44,12 +50,15 @@ pub struct Context {
     recorder: Recorder,
     revert_timeout: Duration,
     metrics: Arc<Metrics>,
+    /// Where the revision history (ControllerRevisions) lives.
+    namespace: String,
 }
 
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
     client: Client,
     identity: &str,
+    namespace: &str,
     revert_timeout: Duration,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -98,6 +107,7 @@ pub async fn run(
         tunings: controller.store(),
         revert_timeout,
         metrics,
+        namespace: namespace.to_string(),
     });
     controller
         .reconcile_all_on(triggers)
@@ -188,17 +198,42 @@ impl Snapshot {
     }
 }
 
-/// The NodeTuning spec a tuning gives each node it governs.
-fn desired_spec(tuning: &NetworkTuning) -> NodeTuningSpec {
+/// The NodeTuning spec that puts a node on `revision` (with its `config`) of `tuning`; without a
+/// revision, the node carries the tuning's name and phase but nothing to apply.
+fn node_spec(
+    tuning: &str,
+    revision: Option<(&str, &NodeConfig)>,
+    plan: &NodePlan,
+) -> NodeTuningSpec {
     NodeTuningSpec {
-        tuning: Some(tuning.name_any()),
-        revision: Some(tuning.spec.config.revision()),
-        config: Some(tuning.spec.config.clone()),
+        tuning: Some(tuning.to_string()),
+        revision: revision.map(|(r, _)| r.to_string()),
+        config: revision.map(|(_, c)| c.clone()),
         mode: Some(Mode::Apply),
-        // Every governed node goes straight to the revision until staged rollouts exist.
-        rollout_phase: Some(RolloutPhase::Stable),
-        health_request: None,
+        rollout_phase: Some(plan.phase),
+        health_request: plan.health_request.clone(),
     }
+}
+
+/// The spec a node gets at once when its tuning is deleted and `heir` governs it now: the heir's
+/// stable revision when it has one, its current one otherwise.
+fn heir_spec(heir: &NetworkTuning) -> NodeTuningSpec {
+    let stable = heir
+        .status
+        .as_ref()
+        .and_then(|s| s.stable_revision.as_deref());
+    let current = heir.spec.config.revision();
+    let plan = NodePlan {
+        revision: None,
+        phase: RolloutPhase::Stable,
+        health_request: None,
+    };
+    if stable.is_none_or(|s| s == current) {
+        return node_spec(&heir.name_any(), Some((&current, &heir.spec.config)), &plan);
+    }
+    // The heir's stable config is on its nodes; until its own reconcile runs, the node waits
+    // with nothing to apply.
+    node_spec(&heir.name_any(), None, &plan)
 }
 
 /// The spec of a node no tuning governs: no tuning, revision or config, which asks its agent to
@@ -308,18 +343,146 @@ fn now() -> Time {
     Time(Timestamp::now())
 }
 
-/// Brings every node of a live tuning to its revision and reports.
+/// How often a rollout whose wave is being judged looks again.
+const JUDGING_POLL: Duration = Duration::from_secs(2);
+
+/// Advances a live tuning's rollout by one planning step, tells each node its revision, and
+/// reports.
 async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
     let snap = Snapshot::take(ctx);
     let name = tuning.name_any();
     let mine = snap.assignment.nodes_of(tuning, &snap.nodes);
-    let desired = desired_spec(tuning);
-    let revision = desired.revision.clone().unwrap_or_default();
+    let config = &tuning.spec.config;
+    let revision = config.revision();
+    let previous = tuning.status.as_ref();
+    let generation = tuning.metadata.generation;
+    let now_time = now();
+    let now_secs = u64::try_from(now_time.0.as_second()).unwrap_or(0);
 
-    for node in &mine.governed {
-        if snap.node_tunings.get(node).map(|nt| &nt.spec) != Some(&desired) {
-            info!(tuning = %name, node, revision, "assigning revision");
-            apply_node_spec(&ctx.client, node, desired.clone()).await?;
+    let resolved = match strategy::resolve(tuning.spec.rollout.as_ref(), mine.governed.len()) {
+        Ok(r) => r,
+        Err(message) => return invalid_rollout(tuning, ctx, message).await,
+    };
+    let restored = progress::restore(previous, &revision, generation);
+    let history = history::sync(
+        &ctx.client,
+        &ctx.namespace,
+        tuning,
+        &revision,
+        restored.stable.as_deref(),
+    )
+    .await?;
+
+    let report = |node: &str| {
+        let nt = snap.node_tunings.get(node);
+        match node_failure(nt, &restored.revision) {
+            Some(why) => Report::Failed(why),
+            None if node_applied(nt, &restored.revision) => Report::Applied,
+            None => Report::Pending,
+        }
+    };
+    let labels: BTreeMap<&str, &BTreeMap<String, String>> = snap
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), &n.labels))
+        .collect();
+    let views: Vec<NodeView> = mine
+        .governed
+        .iter()
+        .map(|node| NodeView {
+            name: node.clone(),
+            canary_label: labels
+                .get(node.as_str())
+                .and_then(|l| l.get(CANARY_LABEL))
+                .is_some_and(|v| v == "true"),
+            // An agent that never reported cannot be judged: it is not rolled onto.
+            available: snap
+                .node_tunings
+                .get(node)
+                .is_some_and(|nt| nt.status.is_some()),
+            report: report(node),
+        })
+        .collect();
+    let analysis = tuning
+        .spec
+        .rollout
+        .as_ref()
+        .and_then(|r| r.analysis.as_ref());
+    let (verdict, judged) = gate::evaluate(&gate::Input {
+        resolved: &resolved,
+        analysis,
+        progress: &restored,
+        governed: &mine.governed,
+        node_tunings: &snap.node_tunings,
+        promote: tuning
+            .annotations()
+            .get(PROMOTE_ANNOTATION)
+            .map(String::as_str),
+        now: now_secs,
+    })
+    .await;
+    let decision = if views.iter().any(|v| v.available) {
+        planner::plan(&resolved.strategy, &restored, &views, &verdict, now_secs)
+    } else {
+        // No agent has reported yet (a new tuning, or new nodes): nothing can be judged, so
+        // nothing moves; the nodes get their NodeTuning and the rollout starts once they answer.
+        planner::Decision {
+            revisions: views
+                .iter()
+                .map(|v| (v.name.clone(), restored.stable.clone()))
+                .collect(),
+            progress: restored.clone(),
+            requeue_after: Some(JUDGING_POLL.as_secs()),
+        }
+    };
+    let sampling = match resolved.gate {
+        Gate::Analysis if analysis.is_some_and(|a| !a.thresholds.is_empty()) => {
+            nodes::health_request(&decision.progress, resolved.window)
+        }
+        _ => None,
+    };
+    let plans = nodes::plan_nodes(&decision, sampling.as_ref());
+
+    // The status first: an operator restarted after this point finds the wave it started.
+    let status = rollout_status(
+        tuning,
+        &mine,
+        &snap,
+        &decision,
+        restored.waves.len(),
+        judged,
+        &now_time,
+    );
+    let was = previous.and_then(|s| s.phase);
+    let had_conflict = previous.is_some_and(|s| !s.conflicts.is_empty());
+    write_status(&ctx.client, tuning, &status).await?;
+    ctx.metrics.observe_status(&name, &status);
+
+    for (node, plan) in &plans {
+        let config_of = |r: &str| -> Option<NodeConfig> {
+            if r == revision {
+                return Some(config.clone());
+            }
+            history.get(r).map(|e| e.config.clone()).or_else(|| {
+                snap.node_tunings
+                    .values()
+                    .find(|nt| nt.spec.revision.as_deref() == Some(r))
+                    .and_then(|nt| nt.spec.config.clone())
+            })
+        };
+        let spec = match plan.revision.as_deref() {
+            None => node_spec(&name, None, plan),
+            Some(r) => match config_of(r) {
+                Some(c) => node_spec(&name, Some((r, &c)), plan),
+                None => {
+                    warn!(tuning = %name, node, revision = r, "no config recorded for the revision; the node keeps its spec");
+                    continue;
+                }
+            },
+        };
+        if snap.node_tunings.get(node).map(|nt| &nt.spec) != Some(&spec) {
+            info!(tuning = %name, node, revision = ?spec.revision, phase = ?plan.phase, "assigning revision");
+            apply_node_spec(&ctx.client, node, spec).await?;
         }
     }
     // Nodes this tuning gave a spec to and that no tuning governs any more get theirs withdrawn;
@@ -333,20 +496,176 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
     }
     sync_agent_labels(ctx, &snap).await?;
 
+    announce(ctx, tuning, previous, &status, was, had_conflict).await;
+    let requeue = match &decision.progress.state {
+        State::Progressing | State::Paused(_) if resolved.strategy.judged => JUDGING_POLL,
+        _ => decision
+            .requeue_after
+            .map(Duration::from_secs)
+            .map_or(RESYNC, |d| d.min(RESYNC)),
+    };
+    Ok(Action::requeue(requeue))
+}
+
+/// The tuning's status: the nodes' counts and conditions, with the rollout's phase, waves and
+/// stable revision.
+fn rollout_status(
+    tuning: &NetworkTuning,
+    mine: &TuningNodes,
+    snap: &Snapshot,
+    decision: &planner::Decision,
+    judged_wave: usize,
+    judged: Option<AnalysisStatus>,
+    now: &Time,
+) -> NetworkTuningStatus {
     let previous = tuning.status.as_ref();
-    let status = aggregate(&Observed {
+    let revision = decision.progress.revision.as_str();
+    let mut status = aggregate(&Observed {
         generation: tuning.metadata.generation,
-        revision: &revision,
-        nodes: &mine,
+        revision,
+        nodes: mine,
         node_tunings: &snap.node_tunings,
         previous,
-        now: now(),
+        now: now.clone(),
     });
-    let was = previous.and_then(|s| s.phase);
-    let had_conflict = previous.is_some_and(|s| !s.conflicts.is_empty());
-    write_status(&ctx.client, tuning, &status).await?;
-    ctx.metrics.observe_status(&name, &status);
+    let p = &decision.progress;
+    let (phase, message) = progress::phase_of(&p.state);
+    let in_flight = p.waves.len().checked_sub(1);
+    // The verdict was reached on the wave that was in flight before this step.
+    let judged_wave = judged_wave.checked_sub(1);
+    let report = |node: &str| {
+        let nt = snap.node_tunings.get(node);
+        match node_failure(nt, &p.revision) {
+            Some(why) => Report::Failed(why),
+            None if node_applied(nt, &p.revision) => Report::Applied,
+            None => Report::Pending,
+        }
+    };
+    let same_rollout = previous.and_then(|s| s.current_revision.as_deref()) == Some(revision);
+    status.waves = progress::record_waves(p, report, |i| {
+        if Some(i) == judged_wave && judged.is_some() {
+            return judged.clone();
+        }
+        previous
+            .filter(|_| same_rollout)
+            .and_then(|s| s.waves.get(i))
+            .and_then(|w| w.analysis.clone())
+    });
+    status.phase = Some(phase);
+    status.message = message.clone();
+    status.stable_revision = p.stable.clone();
+    status.updated_nodes = match p.state {
+        State::RolledBack(_) => 0,
+        _ => p.updated().len() as i32,
+    };
+    let g = tuning.metadata.generation;
+    let cond = |t: &str, s: bool, r: &str, m: String| condition(previous, t, s, r, m, g, now);
+    let why = message.unwrap_or_default();
+    match &p.state {
+        State::Progressing => {
+            if let (Some(i), Some(wave)) = (in_flight, p.waves.last()) {
+                let what = if i == 0 { "canary" } else { "wave" };
+                let m = format!(
+                    "{what} {i} of revision {revision} on {}",
+                    wave.nodes.join(", ")
+                );
+                set_condition(
+                    &mut status.conditions,
+                    cond("Progressing", true, "RollingOut", m),
+                );
+            }
+        }
+        State::Complete => {}
+        State::Paused(_) => {
+            let reason = if why.starts_with("analysis inconclusive") {
+                "AnalysisInconclusive"
+            } else {
+                "Paused"
+            };
+            set_condition(
+                &mut status.conditions,
+                cond("Progressing", false, reason, why.clone()),
+            );
+        }
+        State::RolledBack(_) => {
+            set_condition(
+                &mut status.conditions,
+                cond("Progressing", false, "RolledBack", why.clone()),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond("Degraded", true, "RolledBack", why.clone()),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    "Ready",
+                    false,
+                    "RolledBack",
+                    format!(
+                        "revision {revision} was rolled back; a new spec generation tries again"
+                    ),
+                ),
+            );
+        }
+        State::Halted(_) => {
+            set_condition(
+                &mut status.conditions,
+                cond("Progressing", false, "Halted", why.clone()),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond("Degraded", true, "Halted", why.clone()),
+            );
+        }
+    }
+    if !matches!(p.state, State::Complete) {
+        if let Some(ready) = status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+            if ready.status == "True" {
+                *ready = cond(
+                    "Ready",
+                    false,
+                    "RollingOut",
+                    format!("revision {revision} is not on every node yet"),
+                );
+            }
+        }
+    }
+    status
+}
 
+/// Reports an invalid rollout section: Degraded, nothing changes on any node.
+async fn invalid_rollout(tuning: &NetworkTuning, ctx: &Context, message: String) -> Result<Action> {
+    let mut status = tuning.status.clone().unwrap_or_default();
+    set_condition(
+        &mut status.conditions,
+        condition(
+            tuning.status.as_ref(),
+            "Degraded",
+            true,
+            "InvalidRollout",
+            message.clone(),
+            tuning.metadata.generation,
+            &now(),
+        ),
+    );
+    if tuning.status.as_ref() != Some(&status) {
+        publish(ctx, tuning, EventType::Warning, "InvalidRollout", message).await;
+    }
+    write_status(&ctx.client, tuning, &status).await?;
+    Ok(Action::await_change())
+}
+
+/// Events for what changed: a wave promoted, a pause, a rollback, a halt, completion, a
+/// conflict.
+async fn announce(
+    ctx: &Context,
+    tuning: &NetworkTuning,
+    previous: Option<&NetworkTuningStatus>,
+    status: &NetworkTuningStatus,
+    was: Option<Phase>,
+    had_conflict: bool,
+) {
     let message_of = |t: &str| {
         status
             .conditions
@@ -355,6 +674,22 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
             .map(|c| c.message.clone())
             .unwrap_or_default()
     };
+    let same_rollout =
+        previous.and_then(|s| s.current_revision.as_ref()) == status.current_revision.as_ref();
+    let waves_before = previous
+        .filter(|_| same_rollout)
+        .map_or(0, |s| s.waves.len());
+    if status.waves.len() > waves_before && status.phase == Some(Phase::Progressing) {
+        let wave = &status.waves[status.waves.len() - 1];
+        let note = format!(
+            "wave {} of revision {} started on {}",
+            wave.index,
+            status.current_revision.as_deref().unwrap_or_default(),
+            wave.nodes.join(", ")
+        );
+        publish(ctx, tuning, EventType::Normal, "WaveStarted", note).await;
+    }
+    let message = status.message.clone().unwrap_or_default();
     if status.phase != was {
         match status.phase {
             Some(Phase::Complete) => {
@@ -367,16 +702,13 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
                 )
                 .await
             }
-            Some(Phase::Failed) => {
-                publish(
-                    ctx,
-                    tuning,
-                    EventType::Warning,
-                    "ApplyFailed",
-                    message_of("Degraded"),
-                )
-                .await
+            Some(Phase::RolledBack) => {
+                publish(ctx, tuning, EventType::Warning, "RolledBack", message).await
             }
+            Some(Phase::Failed) => {
+                publish(ctx, tuning, EventType::Warning, "Halted", message).await
+            }
+            Some(Phase::Paused) => publish(ctx, tuning, EventType::Normal, "Paused", message).await,
             _ => {}
         }
     }
@@ -390,7 +722,6 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
         )
         .await;
     }
-    Ok(Action::requeue(RESYNC))
 }
 
 /// Withdraws a deleted tuning from its nodes and waits, bounded, until they confirm the revert.
@@ -408,7 +739,7 @@ async fn cleanup(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
             .governor
             .get(node)
             .and_then(|g| tunings.iter().find(|t| t.name_any() == *g));
-        let spec = heir.map(|t| desired_spec(t)).unwrap_or_else(withdrawn_spec);
+        let spec = heir.map(|t| heir_spec(t)).unwrap_or_else(withdrawn_spec);
         info!(tuning = %name, node, heir = ?spec.tuning, "withdrawing: tuning deleted");
         apply_node_spec(&ctx.client, node, spec).await?;
     }

@@ -74,7 +74,15 @@ async fn run(args: Args) -> Result<()> {
         };
         let _ = lost_tx.send(lost_lease);
     };
-    controller::run(client, &identity, args.revert_timeout, metrics, stop).await?;
+    controller::run(
+        client,
+        &identity,
+        &args.namespace,
+        args.revert_timeout,
+        metrics,
+        stop,
+    )
+    .await?;
     election.leave().await?;
     if lost_rx.try_recv().unwrap_or(false) {
         error!("lost the lease; exiting so that a restart rejoins the election");

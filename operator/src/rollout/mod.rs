@@ -1,4 +1,11 @@
-//! Staged rollouts: the pure planner now; the controller wiring, revision history and analysis
-//! gates build on it.
+//! Staged rollouts: the pure planner, the strategy it is given, the rollout's memory in the
+//! tuning's status, each node's instruction, the analysis gates, and the revision history.
 
+pub mod analysis;
+pub mod gate;
+pub mod history;
+pub mod nodes;
 pub mod planner;
+pub mod progress;
+pub mod prometheus;
+pub mod strategy;

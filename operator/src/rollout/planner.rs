@@ -288,7 +288,9 @@ fn step(
         .filter(|n| n.available && !updated.contains(n.name.as_str()))
         .collect();
     if candidates.is_empty() {
+        // Every node that can run the revision does: it is the stable one from now on.
         progress.state = State::Complete;
+        progress.stable = Some(progress.revision.clone());
         return;
     }
     candidates.sort_by(|a, b| {

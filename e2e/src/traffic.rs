@@ -1,0 +1,165 @@
+//! Real TCP traffic between lab nodes, and random loss on a node's wire.
+//!
+//! [`Loss`] drops a share of one node's packets to and from a peer in an nftables netdev table
+//! of its own on the node's eth0 (egress and ingress hooks, so that TCP sees them lost on the
+//! wire: a drop in an inet output chain is reported back to TCP as a local error and never
+//! retransmitted). [`Bulk`] runs iperf3 flows as lab helpers. Both are undone on drop.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Stdio};
+
+use crate::{Error, Lab, Result};
+
+/// The nftables table that holds the loss rules.
+pub const LOSS_TABLE: &str = "hs_loss";
+
+/// Random loss of `permille`/1000 of the packets between a node and a peer's TCP `port`, each
+/// way; removed on drop.
+pub struct Loss<'lab> {
+    lab: &'lab Lab,
+    node: String,
+}
+
+impl<'lab> Loss<'lab> {
+    /// Installs the loss table in `node`'s namespace.
+    pub fn install(
+        lab: &'lab Lab,
+        node: &str,
+        peer: Ipv4Addr,
+        port: u16,
+        permille: u32,
+    ) -> Result<Self> {
+        let rules = format!(
+            "table netdev {LOSS_TABLE} {{\n  chain egress {{\n    type filter hook egress device eth0 priority 0;\n    ip daddr {peer} tcp dport {port} numgen random mod 1000 < {permille} drop\n  }}\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {peer} tcp sport {port} numgen random mod 1000 < {permille} drop\n  }}\n}}\n"
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", lab.netns(node), "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| Error::io("running nft", e))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, rules.as_bytes())
+                .map_err(|e| Error::io("writing the loss rules to nft", e))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| Error::io("waiting for nft", e))?;
+        let loss = Loss {
+            lab,
+            node: node.to_string(),
+        };
+        if !out.status.success() {
+            return Err(Error::Setup(format!(
+                "nft -f (loss on {node}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(loss)
+    }
+
+    /// The nftables tables of `node`'s namespace, as `nft list tables` prints them.
+    pub fn tables(lab: &Lab, node: &str) -> String {
+        let out = lab.exec_in_node(node, &["nft", "list", "tables"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Loss<'_> {
+    fn drop(&mut self) {
+        let out = self.lab.exec_in_node(
+            &self.node,
+            &["nft", "delete", "table", "netdev", LOSS_TABLE],
+        );
+        if !out.status.success() {
+            eprintln!(
+                "removing the loss table of {}: {}",
+                self.node,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Long-running iperf3 flows from clients to one server node, each on a port of its own, at a
+/// bounded rate (the lab's machine has few cores); stopped on drop.
+pub struct Bulk<'lab> {
+    lab: &'lab Lab,
+    helpers: Vec<String>,
+}
+
+/// The first iperf3 port; client i uses `BASE_PORT + i`.
+pub const BASE_PORT: u16 = 5201;
+
+impl<'lab> Bulk<'lab> {
+    /// Starts one iperf3 server per client on `server` and one client per node of `clients`,
+    /// each sending at `rate` (iperf3's `-b`, e.g. `20M`) for `seconds`. Client i talks to port
+    /// `BASE_PORT + i`.
+    pub fn start(
+        lab: &'lab Lab,
+        server: &str,
+        clients: &[&str],
+        rate: &str,
+        seconds: u32,
+    ) -> Result<Self> {
+        let mut bulk = Bulk {
+            lab,
+            helpers: Vec::new(),
+        };
+        let server_ip = lab.node_ip(server).to_string();
+        for (i, _) in clients.iter().enumerate() {
+            let port = (BASE_PORT + i as u16).to_string();
+            let name = format!("iperf3-server-{port}");
+            lab.spawn_helper(
+                &name,
+                &[
+                    "ip",
+                    "netns",
+                    "exec",
+                    lab.netns(server),
+                    "iperf3",
+                    "-s",
+                    "-B",
+                    &server_ip,
+                    "-p",
+                    &port,
+                ],
+            )?;
+            bulk.helpers.push(name);
+        }
+        // The servers listen within a moment; a client that comes too early retries. The
+        // shell kills its whole process group (iperf3 included) when the lab stops it.
+        for (i, client) in clients.iter().enumerate() {
+            let port = (BASE_PORT + i as u16).to_string();
+            let name = format!("iperf3-client-{client}");
+            let script = format!(
+                "trap 'kill 0' TERM; for i in $(seq 50); do iperf3 -c {server_ip} -B {} -p {port} -b {rate} -t {seconds} -i 0 >/dev/null 2>&1 & wait $! && exit 0; sleep 0.2; done; exit 1",
+                lab.node_ip(client)
+            );
+            lab.spawn_helper(
+                &name,
+                &[
+                    "ip",
+                    "netns",
+                    "exec",
+                    lab.netns(client),
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            )?;
+            bulk.helpers.push(name);
+        }
+        Ok(bulk)
+    }
+}
+
+impl Drop for Bulk<'_> {
+    fn drop(&mut self) {
+        for name in self.helpers.iter().rev() {
+            if let Some(Err(e)) = self.lab.stop_helper(name) {
+                eprintln!("stopping {name}: {e}");
+            }
+        }
+    }
+}

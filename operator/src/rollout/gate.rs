@@ -1,0 +1,332 @@
+//! The gate of the wave in flight: promotion by hand, the agents' health samples, and the
+//! Prometheus query, combined into one verdict with what was measured. The Prometheus query is
+//! the only I/O; everything else is read from the caches the reconcile already has.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hoststack_crds::{Analysis, AnalysisStatus, MetricResult, NodeTuning};
+
+use super::analysis::{self, combine, Measurement, NodeSample};
+use super::nodes::request_id;
+use super::planner::{Progress, Verdict};
+use super::prometheus;
+use super::strategy::{Gate, Resolved};
+
+/// The annotation that promotes a wave by hand: its value is the index of the wave (0 is the
+/// canary), so that a stale annotation never promotes a later wave.
+pub const PROMOTE_ANNOTATION: &str = "hoststack.dev/promote";
+/// Extra time, beyond two windows, for samples to arrive before a missing one is inconclusive.
+const SAMPLE_GRACE: Duration = Duration::from_secs(30);
+
+/// What the gate looks at.
+pub struct Input<'a> {
+    /// The tuning's resolved rollout settings.
+    pub resolved: &'a Resolved,
+    /// `spec.rollout.analysis`.
+    pub analysis: Option<&'a Analysis>,
+    /// The rollout as it stood before this reconcile.
+    pub progress: &'a Progress,
+    /// The governed nodes, available or not.
+    pub governed: &'a [String],
+    /// Every NodeTuning, by node.
+    pub node_tunings: &'a BTreeMap<String, NodeTuning>,
+    /// The value of the promote annotation, if set.
+    pub promote: Option<&'a str>,
+    /// Now, in seconds since the epoch.
+    pub now: u64,
+}
+
+/// The verdict on the wave in flight, and the analysis to show in its status.
+pub async fn evaluate(input: &Input<'_>) -> (Verdict, Option<AnalysisStatus>) {
+    let p = input.progress;
+    let Some(applied_at) = p.waves.last().and_then(|w| w.applied_at) else {
+        return (Verdict::Pending, None);
+    };
+    let index = p.waves.len() - 1;
+    if input.promote == Some(index.to_string().as_str()) {
+        let message = format!("promoted by hand ({PROMOTE_ANNOTATION}={index})");
+        return (
+            Verdict::Pass,
+            Some(status(&Verdict::Pass, Some(message), None, vec![])),
+        );
+    }
+    match input.resolved.gate {
+        Gate::None => (Verdict::Pass, None),
+        Gate::Manual => {
+            let message = format!(
+                "waiting to be promoted: kubectl annotate networktuning <name> {PROMOTE_ANNOTATION}={index} --overwrite"
+            );
+            (
+                Verdict::Pending,
+                Some(status(&Verdict::Pending, Some(message), None, vec![])),
+            )
+        }
+        Gate::Analysis => analyse(input, applied_at, index).await,
+    }
+}
+
+/// The health thresholds and the Prometheus query, combined.
+async fn analyse(
+    input: &Input<'_>,
+    applied_at: u64,
+    index: usize,
+) -> (Verdict, Option<AnalysisStatus>) {
+    let p = input.progress;
+    let window = input.resolved.window;
+    let updated = p.updated();
+    let judged: Vec<String> = p.waves[index].nodes.clone();
+    let baseline: Vec<String> = input
+        .governed
+        .iter()
+        .filter(|n| !updated.contains(n.as_str()))
+        .cloned()
+        .collect();
+    let thresholds = input
+        .analysis
+        .map(|a| a.thresholds.as_slice())
+        .unwrap_or(&[]);
+    let mut verdict = Verdict::Pass;
+    let mut metrics = Vec::new();
+    let mut request = None;
+    if !thresholds.is_empty() {
+        let id = request_id(&p.revision, index);
+        let judged_samples: Vec<NodeSample> = judged
+            .iter()
+            .map(|n| sample(input.node_tunings, n, &id, Some(p.revision.as_str())))
+            .collect();
+        let baseline_samples: Vec<NodeSample> = baseline
+            .iter()
+            .map(|n| sample(input.node_tunings, n, &id, p.stable.as_deref()))
+            .collect();
+        let overdue_at = applied_at + (2 * window + SAMPLE_GRACE).as_secs();
+        let judgement = analysis::judge(
+            thresholds,
+            &Measurement {
+                judged: &judged_samples,
+                baseline: &baseline_samples,
+                overdue: input.now >= overdue_at,
+            },
+        );
+        verdict = judgement.verdict;
+        metrics = judgement.metrics;
+        request = Some(id);
+    }
+    if let Some(prom) = input.analysis.and_then(|a| a.prometheus.as_ref()) {
+        let s = &input.resolved.strategy;
+        let pause = if index == 0 {
+            s.pause_after_canary
+        } else {
+            s.pause_between_waves
+        };
+        let ready_at = applied_at + window.max(pause).as_secs();
+        let prom_verdict = if input.now < ready_at {
+            Verdict::Pending
+        } else {
+            let query = prometheus::render(&prom.query, &judged, &baseline);
+            match prometheus::query(&prom.address, &query).await {
+                Ok(values) => {
+                    let v = prometheus::judge(
+                        &values,
+                        &prom.success_condition,
+                        prom.failure_condition.as_deref(),
+                    );
+                    metrics.push(MetricResult {
+                        metric: "prometheus".into(),
+                        judged: Some(
+                            values
+                                .iter()
+                                .map(|v| analysis::decimal(*v))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        ),
+                        baseline: None,
+                        limit: Some(prom.success_condition.clone()),
+                        passed: v == Verdict::Pass,
+                    });
+                    v
+                }
+                Err(e) => Verdict::Inconclusive(e),
+            }
+        };
+        verdict = combine(verdict, prom_verdict);
+    }
+    let message = match &verdict {
+        Verdict::Fail(m) | Verdict::Inconclusive(m) => Some(m.clone()),
+        Verdict::Pending => Some(format!(
+            "measuring {} against the baseline {}",
+            judged.join(", "),
+            if baseline.is_empty() {
+                "(none left)".to_string()
+            } else {
+                baseline.join(", ")
+            }
+        )),
+        Verdict::Pass => None,
+    };
+    let shown = status(&verdict, message, request, metrics);
+    (verdict, Some(shown))
+}
+
+/// A node's health sample, when it answers request `id` and was taken on `revision`.
+fn sample<'a>(
+    node_tunings: &'a BTreeMap<String, NodeTuning>,
+    node: &'a str,
+    id: &str,
+    revision: Option<&str>,
+) -> NodeSample<'a> {
+    let health = node_tunings
+        .get(node)
+        .and_then(|nt| nt.status.as_ref())
+        .and_then(|s| s.health.as_ref())
+        .filter(|h| h.request_id == id && h.revision.as_deref() == revision);
+    (node, health)
+}
+
+/// The analysis status of a verdict.
+fn status(
+    verdict: &Verdict,
+    message: Option<String>,
+    request_id: Option<String>,
+    metrics: Vec<MetricResult>,
+) -> AnalysisStatus {
+    let verdict = match verdict {
+        Verdict::Pending => "Pending",
+        Verdict::Pass => "Pass",
+        Verdict::Fail(_) => "Fail",
+        Verdict::Inconclusive(_) => "Inconclusive",
+    };
+    AnalysisStatus {
+        verdict: verdict.into(),
+        message,
+        request_id,
+        metrics,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::planner::Wave;
+    use crate::rollout::strategy::resolve;
+    use hoststack_crds::{
+        HealthMetric, HealthSample, HealthThreshold, NodeTuningSpec, NodeTuningStatus, Rollout,
+    };
+
+    fn progress() -> Progress {
+        let mut p = Progress::start("r2", Some("r1"));
+        p.waves.push(Wave {
+            nodes: vec!["a".into()],
+            applied_at: Some(100),
+        });
+        p
+    }
+
+    fn with_sample(revision: &str, out: u64, retrans: u64) -> NodeTuning {
+        let mut nt = NodeTuning::new("x", NodeTuningSpec::default());
+        nt.status = Some(NodeTuningStatus {
+            health: Some(HealthSample {
+                request_id: "r2-wave0".into(),
+                revision: Some(revision.into()),
+                duration_ms: 5000,
+                out_segs: out,
+                retrans_segs: retrans,
+                ..HealthSample::default()
+            }),
+            ..NodeTuningStatus::default()
+        });
+        nt
+    }
+
+    #[tokio::test]
+    async fn manual_waits_for_the_annotation_of_the_wave_in_flight() {
+        let analysis = Analysis {
+            manual: true,
+            ..Analysis::default()
+        };
+        let rollout = Rollout {
+            analysis: Some(analysis.clone()),
+            ..Rollout::default()
+        };
+        let resolved = resolve(Some(&rollout), 3).unwrap();
+        let p = progress();
+        let governed = ["a".to_string(), "b".to_string()];
+        let nts = BTreeMap::new();
+        let mut input = Input {
+            resolved: &resolved,
+            analysis: Some(&analysis),
+            progress: &p,
+            governed: &governed,
+            node_tunings: &nts,
+            promote: None,
+            now: 200,
+        };
+        let (v, s) = evaluate(&input).await;
+        assert_eq!(v, Verdict::Pending);
+        assert!(s
+            .unwrap()
+            .message
+            .unwrap()
+            .contains("hoststack.dev/promote=0"));
+        input.promote = Some("1");
+        assert_eq!(evaluate(&input).await.0, Verdict::Pending);
+        input.promote = Some("0");
+        assert_eq!(evaluate(&input).await.0, Verdict::Pass);
+    }
+
+    #[tokio::test]
+    async fn health_samples_of_the_request_judge_against_the_baseline() {
+        let analysis = Analysis {
+            window: Some("5s".into()),
+            thresholds: vec![HealthThreshold {
+                metric: HealthMetric::RetransmitRatio,
+                max: None,
+                max_relative_to_baseline: Some("2".into()),
+            }],
+            ..Analysis::default()
+        };
+        let rollout = Rollout {
+            analysis: Some(analysis.clone()),
+            ..Rollout::default()
+        };
+        let resolved = resolve(Some(&rollout), 2).unwrap();
+        let p = progress();
+        let governed = ["a".to_string(), "b".to_string()];
+        let nodes = |b: Option<NodeTuning>| {
+            let mut nts = BTreeMap::from([("a".to_string(), with_sample("r2", 1000, 50))]);
+            nts.extend(b.map(|b| ("b".to_string(), b)));
+            nts
+        };
+        let (alone, wrong, clean, noisy) = (
+            nodes(None),
+            nodes(Some(with_sample("r2", 1000, 1))),
+            nodes(Some(with_sample("r1", 1000, 1))),
+            nodes(Some(with_sample("r1", 1000, 40))),
+        );
+        let input = |nts, now| Input {
+            resolved: &resolved,
+            analysis: Some(&analysis),
+            progress: &p,
+            governed: &governed,
+            node_tunings: nts,
+            promote: None,
+            now,
+        };
+        // The baseline has not answered: pending, then inconclusive once overdue.
+        assert_eq!(evaluate(&input(&alone, 110)).await.0, Verdict::Pending);
+        assert!(matches!(
+            evaluate(&input(&alone, 141)).await.0,
+            Verdict::Inconclusive(_)
+        ));
+        // A baseline sample of the wrong revision does not count.
+        assert_eq!(evaluate(&input(&wrong, 110)).await.0, Verdict::Pending);
+        let (v, s) = evaluate(&input(&clean, 110)).await;
+        assert!(matches!(v, Verdict::Fail(_)), "{v:?}");
+        let s = s.unwrap();
+        assert_eq!(
+            (s.verdict.as_str(), s.request_id.as_deref()),
+            ("Fail", Some("r2-wave0"))
+        );
+        assert_eq!(evaluate(&input(&noisy, 110)).await.0, Verdict::Pass);
+    }
+}

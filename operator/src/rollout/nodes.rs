@@ -1,0 +1,146 @@
+//! What each governed node is told: its revision (from the planner), its part in the rollout
+//! (the `phase` label of its metrics), and whether its agent should sample its health. Pure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hoststack_crds::{HealthRequest, RolloutPhase};
+
+use super::planner::{Decision, Progress, State};
+
+/// One node's instruction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodePlan {
+    /// The revision to run; `None`: nothing of this tuning yet.
+    pub revision: Option<String>,
+    /// Its part in the rollout.
+    pub phase: RolloutPhase,
+    /// Health sampling asked of its agent.
+    pub health_request: Option<HealthRequest>,
+}
+
+/// The health request of the wave in flight, when it is applied and judged by health samples:
+/// its id names the revision and the wave, so samples of an earlier wave never count.
+pub fn health_request(progress: &Progress, window: Duration) -> Option<HealthRequest> {
+    let judging = matches!(progress.state, State::Progressing | State::Paused(_));
+    let wave = progress.waves.last()?;
+    (judging && wave.applied_at.is_some()).then(|| HealthRequest {
+        id: request_id(&progress.revision, progress.waves.len() - 1),
+        window: format!("{}ms", window.as_millis()),
+    })
+}
+
+/// The id of the health request judging wave `index` of `revision`.
+pub fn request_id(revision: &str, index: usize) -> String {
+    format!("{revision}-wave{index}")
+}
+
+/// Every node's instruction. `sampling` is the health request of the wave being judged (from
+/// [`health_request`]); it goes to the wave's nodes and to the baseline.
+pub fn plan_nodes(
+    decision: &Decision,
+    sampling: Option<&HealthRequest>,
+) -> BTreeMap<String, NodePlan> {
+    let progress = &decision.progress;
+    let wave_of: BTreeMap<&str, usize> = progress
+        .waves
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| w.nodes.iter().map(move |n| (n.as_str(), i)))
+        .collect();
+    let in_flight = progress.waves.len().checked_sub(1);
+    let settled = matches!(progress.state, State::Complete | State::RolledBack(_));
+    decision
+        .revisions
+        .iter()
+        .map(|(node, revision)| {
+            let wave = wave_of.get(node.as_str()).copied();
+            let phase = match wave {
+                _ if settled => RolloutPhase::Stable,
+                Some(0) => RolloutPhase::Canary,
+                Some(_) => RolloutPhase::Wave,
+                None => RolloutPhase::Baseline,
+            };
+            let sampled = !settled && (wave.is_none() || wave == in_flight);
+            let plan = NodePlan {
+                revision: revision.clone(),
+                phase,
+                health_request: sampling.filter(|_| sampled).cloned(),
+            };
+            (node.clone(), plan)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::planner::Wave;
+
+    fn decision(state: State, applied: Option<u64>) -> Decision {
+        let mut progress = Progress::start("r2", Some("r1"));
+        progress.state = state;
+        progress.waves = vec![
+            Wave {
+                nodes: vec!["a".into()],
+                applied_at: Some(5),
+            },
+            Wave {
+                nodes: vec!["b".into()],
+                applied_at: applied,
+            },
+        ];
+        let revisions = [("a", "r2"), ("b", "r2"), ("c", "r1")]
+            .into_iter()
+            .map(|(n, r)| (n.to_string(), Some(r.to_string())))
+            .collect();
+        Decision {
+            revisions,
+            progress,
+            requeue_after: None,
+        }
+    }
+
+    #[test]
+    fn phases_and_sampling_follow_the_wave_in_flight() {
+        let d = decision(State::Progressing, Some(9));
+        let request = health_request(&d.progress, Duration::from_secs(20)).unwrap();
+        assert_eq!(request.id, "r2-wave1");
+        assert_eq!(request.window, "20000ms");
+        let plans = plan_nodes(&d, Some(&request));
+        let phase = |n: &str| plans[n].phase;
+        assert_eq!(
+            [phase("a"), phase("b"), phase("c")],
+            [
+                RolloutPhase::Canary,
+                RolloutPhase::Wave,
+                RolloutPhase::Baseline
+            ]
+        );
+        // The wave being judged and the baseline sample; the canary, judged before, does not.
+        let sampled: Vec<&str> = plans
+            .iter()
+            .filter(|(_, p)| p.health_request.is_some())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(sampled, ["b", "c"]);
+        assert_eq!(plans["c"].revision.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn nothing_is_sampled_before_the_wave_applied_or_after_the_end() {
+        let d = decision(State::Progressing, None);
+        assert_eq!(health_request(&d.progress, Duration::from_secs(1)), None);
+        for state in [State::Complete, State::RolledBack("x".into())] {
+            let d = decision(state, Some(9));
+            assert_eq!(health_request(&d.progress, Duration::from_secs(1)), None);
+            let r = HealthRequest::default();
+            let plans = plan_nodes(&d, Some(&r));
+            assert!(plans
+                .values()
+                .all(|p| p.phase == RolloutPhase::Stable && p.health_request.is_none()));
+        }
+        let d = decision(State::Paused("inconclusive".into()), Some(9));
+        assert!(health_request(&d.progress, Duration::from_secs(1)).is_some());
+    }
+}
