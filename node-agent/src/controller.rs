@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use hoststack_crds::{NodeTuning, NodeTuningStatus, AGENT_FIELD_MANAGER};
+use hoststack_crds::{DriftPolicy, NodeTuning, NodeTuningStatus, AGENT_FIELD_MANAGER};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -174,8 +174,10 @@ impl Agent {
         let outcome = match next {
             Ok(Next::Report(outcome)) => outcome,
             Ok(Next::Transaction { applying }) => {
-                // Settings of the applied revision changed and the policy re-applies them.
-                let drift = !self.reconciler.drifted().is_empty();
+                // Settings of the applied revision changed and the policy re-applies them (under
+                // Report a transaction only runs for other work, which rewrites them in passing).
+                let drift = !self.reconciler.drifted().is_empty()
+                    && desired.drift_policy() == Some(DriftPolicy::Reapply);
                 if drift {
                     tracing::warn!(
                         drifted = %crate::drift::message(self.reconciler.drifted()),
