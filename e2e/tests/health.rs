@@ -1,0 +1,193 @@
+//! Health samples against a real API server and real TCP traffic: the test asks node-a's agent
+//! for samples over 2 s windows (`spec.healthRequest`, written as the operator would, with a
+//! field manager of its own) while iperf3 runs from node-a to node-b with 2% random loss on
+//! node-a's wire. A sample answering the request arrives with segments sent and retransmitted
+//! and the revision the host is on; every status write of the agent while it samples carries a
+//! new window (contiguous with the one before: one write per window, no more); a new request id
+//! starts a fresh window; removing the request clears `status.health` once, after which the
+//! agent writes nothing at all over several windows.
+//!
+//! The operator is not started, so only the agent is judged.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use hoststack_e2e::traffic::{Bulk, Loss, BASE_PORT};
+use hoststack_e2e::{Identity, Lab, LabConfig};
+use serde_json::Value;
+
+/// The sampled node; it sends the traffic and carries the loss rule.
+const NODE: &str = "node-a";
+/// Runs the iperf3 server.
+const PEER: &str = "node-b";
+/// The window asked for.
+const WINDOW: &str = "2s";
+/// How long anything may take to show in status.
+const CONVERGE: Duration = Duration::from_secs(60);
+/// The field manager the test writes the spec with.
+const MANAGER: &str = "e2e-health";
+
+fn write_spec(lab: &Lab) {
+    let yaml = format!(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NodeTuning\nmetadata:\n  name: {NODE}\nspec:\n  tuning: health\n  revision: r1\n  mode: Apply\n  config:\n    sysctls:\n      net.ipv4.tcp_sack: \"1\"\n"
+    );
+    let out = lab.kubectl_as(
+        Identity::Operator,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager",
+            MANAGER,
+            "-f",
+            "-",
+        ],
+        Some(&yaml),
+    );
+    assert!(
+        out.status.success(),
+        "writing the NodeTuning: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Sets (or with `None` removes) `spec.healthRequest`.
+fn ask(lab: &Lab, id: Option<&str>) {
+    let request = match id {
+        Some(id) => serde_json::json!({ "id": id, "window": WINDOW }),
+        None => Value::Null,
+    };
+    let patch = serde_json::json!({ "spec": { "healthRequest": request } }).to_string();
+    let out = lab.kubectl_as(
+        Identity::Operator,
+        &[
+            "patch",
+            "nodetuning",
+            NODE,
+            "--type",
+            "merge",
+            "--field-manager",
+            MANAGER,
+            "-p",
+            &patch,
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "patching healthRequest: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn object(lab: &Lab) -> Value {
+    let out = lab.kubectl(&["get", "nodetuning", NODE, "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn number(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_default()
+}
+
+/// One line per version of the object seen by a watch of `seconds`: the resourceVersion, then
+/// the sample's request id, start and end (empty when absent). The first line is the object as
+/// the watch started.
+fn watch(lab: &Lab, seconds: u32) -> Vec<Vec<String>> {
+    let bin = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
+        .map_or_else(|| PathBuf::from("/var/cache/hoststack/bin"), PathBuf::from);
+    let template = "jsonpath={.metadata.resourceVersion}|{.status.health.requestId}|{.status.health.start}|{.status.health.end}{\"\\n\"}";
+    let out = Command::new("timeout")
+        .arg(seconds.to_string())
+        .arg(bin.join("kubectl"))
+        .args(["get", "nodetuning", NODE, "--watch", "-o", template])
+        .env("KUBECONFIG", lab.kubeconfig())
+        .output()
+        .expect("kubectl --watch runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split('|').map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
+    let lab = Lab::start(LabConfig {
+        start_operator: false,
+        agent_args: vec!["--resync-interval".into(), "1s".into()],
+        ..LabConfig::with_nodes(2)
+    })
+    .expect("lab starts");
+    write_spec(&lab);
+    lab.wait_for(&format!("{NODE} to apply r1"), CONVERGE, || {
+        (object(&lab)["status"]["state"] == "Applied").then_some(())
+    });
+    assert!(object(&lab)["status"].get("health").is_none());
+
+    // Lossy bulk traffic from node-a to node-b for the whole sampling part.
+    let loss = Loss::install(&lab, NODE, lab.node_ip(PEER), BASE_PORT, 20).expect("loss rule");
+    let bulk = Bulk::start(&lab, PEER, &[NODE], "50M", 120).expect("iperf3 runs");
+
+    ask(&lab, Some("h1"));
+    let sample = lab.wait_for("a sample of h1 with retransmissions", CONVERGE, || {
+        let health = object(&lab)["status"]["health"].clone();
+        (health["requestId"] == "h1" && number(&health["retransSegs"]) > 0).then_some(health)
+    });
+    eprintln!("sample: {sample}");
+    assert!(number(&sample["outSegs"]) > number(&sample["retransSegs"]));
+    assert_eq!(sample["revision"], "r1");
+    assert!(number(&sample["durationMs"]) >= 2000, "{sample}");
+    let ratio: f64 = sample["retransmitRatio"]
+        .as_str()
+        .expect("a ratio, segments were sent")
+        .parse()
+        .expect("a decimal");
+    assert!(ratio > 0.0 && ratio < 1.0, "{sample}");
+    for rate in ["sackRecoveriesPerKiloSegment", "dsacksPerKiloSegment"] {
+        let text = sample[rate].as_str().unwrap_or_else(|| panic!("{rate}"));
+        assert!(text.parse::<f64>().is_ok(), "{rate}: {text}");
+    }
+
+    // Every status write while sampling carries the next window: new, and starting where the
+    // previous one ended. Over ~4 windows there are writes, and none without a new sample.
+    let seen = watch(&lab, 9);
+    eprintln!("watched: {seen:?}");
+    assert!(seen.len() >= 3, "at least two windows ended: {seen:?}");
+    for pair in seen.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        assert_ne!(before[0], after[0], "{seen:?}");
+        assert_eq!(after[1], "h1", "{seen:?}");
+        assert_eq!(
+            after[2], before[3],
+            "a write without a new, contiguous window: {seen:?}"
+        );
+    }
+
+    // A new id: a fresh window answering it.
+    ask(&lab, Some("h2"));
+    lab.wait_for("a sample of h2", CONVERGE, || {
+        let health = object(&lab)["status"]["health"].clone();
+        (health["requestId"] == "h2" && number(&health["outSegs"]) > 0).then_some(())
+    });
+    drop(bulk);
+    drop(loss);
+
+    // No request: the sample is cleared once, and then nothing is written over 3 windows.
+    ask(&lab, None);
+    lab.wait_for("status.health to go away", CONVERGE, || {
+        object(&lab)["status"].get("health").is_none().then_some(())
+    });
+    let quiet = watch(&lab, 7);
+    assert_eq!(
+        quiet.len(),
+        1,
+        "no status write without a request: {quiet:?}"
+    );
+    assert_eq!(quiet[0][1], "");
+    lab.stop().expect("clean teardown");
+}
