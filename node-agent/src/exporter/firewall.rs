@@ -41,6 +41,9 @@ impl Collector for FirewallCollector {
     }
 }
 
+/// A family's name, help text and the counter's field.
+type FamilySpec = (&'static str, &'static str, fn(&DropCounter) -> u64);
+
 /// Encodes `counters` as the two families; nothing at all when there are none.
 pub fn encode(
     counters: &[DropCounter],
@@ -49,7 +52,7 @@ pub fn encode(
     if counters.is_empty() {
         return Ok(());
     }
-    let families: [(&str, &str, fn(&DropCounter) -> u64); 2] = [
+    let families: [FamilySpec; 2] = [
         (
             "firewall_dropped_packets",
             "Packets dropped by a rule of the agent's nftables table, by rule",

@@ -204,20 +204,30 @@ fn table() -> Table {
 
 /// The rules of the agent's table, in order.
 fn list_rules() -> io::Result<Vec<ListedRule>> {
-    dump(
-        sys::NFT_MSG_GETRULE,
-        &[Attr::Str(sys::NFTA_RULE_TABLE, TABLE.into())],
-    )?
-    .iter()
-    .map(|msg| rule_of(msg).ok_or_else(|| malformed("rule")))
-    .collect()
+    let mut rules = Vec::new();
+    for msg in ours(sys::NFT_MSG_GETRULE, sys::NFTA_RULE_TABLE, "rule")? {
+        rules.push(rule_of(&msg).ok_or_else(|| malformed("rule"))?);
+    }
+    Ok(rules)
+}
+
+/// The objects of one kind (`NFT_MSG_GET*`) in the agent's table: the dump asks for that table
+/// only, and whatever else it returns (the kernel does not filter every kind) is dropped.
+fn ours(msg_type: u32, table_attr: u16, what: &str) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for msg in dump(msg_type, &[Attr::Str(table_attr, TABLE.into())])? {
+        let a = attr::parse(&msg).ok_or_else(|| malformed(what))?;
+        if attr::find(&a, table_attr).and_then(attr::string).as_deref() == Some(TABLE) {
+            out.push(msg);
+        }
+    }
+    Ok(out)
 }
 
 /// Everything in the agent's table.
 fn list() -> io::Result<Listed> {
-    let table_attr = |kind| vec![Attr::Str(kind, TABLE.into())];
     let mut chains = Vec::new();
-    for msg in dump(sys::NFT_MSG_GETCHAIN, &table_attr(sys::NFTA_CHAIN_TABLE))? {
+    for msg in ours(sys::NFT_MSG_GETCHAIN, sys::NFTA_CHAIN_TABLE, "chain")? {
         let a = attr::parse(&msg).ok_or_else(|| malformed("chain"))?;
         let hook = attr::find(&a, sys::NFTA_CHAIN_HOOK).and_then(attr::parse);
         let hook_u32 = |k| {
@@ -234,7 +244,7 @@ fn list() -> io::Result<Listed> {
         });
     }
     let mut sets = Vec::new();
-    for msg in dump(sys::NFT_MSG_GETSET, &table_attr(sys::NFTA_SET_TABLE))? {
+    for msg in ours(sys::NFT_MSG_GETSET, sys::NFTA_SET_TABLE, "set")? {
         let a = attr::parse(&msg).ok_or_else(|| malformed("set"))?;
         let u32_of = |k| attr::find(&a, k).and_then(attr::be32).unwrap_or(0);
         sets.push(ListedSet {
