@@ -15,7 +15,8 @@ use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
 use hoststack_agent::reconciler::{Desired, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
-    Firewall, ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue,
+    ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue,
+    UserspaceStack,
 };
 use proptest::prelude::*;
 
@@ -627,17 +628,17 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
     let mut nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
     if let Some(config) = nt.spec.config.as_mut() {
-        config.firewall = Some(Firewall::default());
+        config.userspace_stack = Some(UserspaceStack::default());
     }
     let (ran, outcome) = reconcile(&mut r, &Desired::of(Some(&nt)));
     assert!(!ran);
     assert_eq!(outcome.state, NodeState::Failed);
-    let hp = item(&outcome, "firewall");
-    assert_eq!(hp.kind, "firewall");
+    let hp = item(&outcome, "userspaceStack");
+    assert_eq!(hp.kind, "userspaceStack");
     assert_eq!(hp.state, ItemState::NotSupported);
     assert_eq!(
         hp.message.as_deref(),
-        Some("firewall: not supported yet by this agent")
+        Some("userspaceStack: not supported yet by this agent")
     );
     assert_eq!(
         item(&outcome, "net.ipv4.tcp_sack").state,
@@ -645,7 +646,7 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     );
     assert_eq!(
         outcome.message.as_deref(),
-        Some("firewall: not supported yet by this agent")
+        Some("userspaceStack: not supported yet by this agent")
     );
     assert_eq!(host.snapshot(), before);
 
@@ -661,7 +662,7 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     );
     assert_eq!(
         planned.message.as_deref(),
-        Some("would fail: firewall: not supported yet by this agent")
+        Some("would fail: userspaceStack: not supported yet by this agent")
     );
     assert_eq!(host.snapshot(), before);
 }
