@@ -15,8 +15,7 @@ use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
 use hoststack_agent::reconciler::{Desired, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
-    ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue,
-    UserspaceStack,
+    ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue, UserspaceStack,
 };
 use proptest::prelude::*;
 
