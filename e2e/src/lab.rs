@@ -190,6 +190,9 @@ impl Lab {
         for node in &self.nodes {
             mkdir(&node.state_dir)?;
         }
+        // One bpffs for the lab, mounted before any agent starts so that every agent's mount
+        // namespace (`ip netns exec` makes one per agent) shares it and pins outlive agents.
+        mount_bpffs(&bpffs_dir(&self.dir))?;
 
         network::create_bridge(self.index)?;
         for (i, node) in self.nodes.iter().enumerate() {
@@ -450,6 +453,8 @@ impl Lab {
             &n.state_dir.display().to_string(),
             "--metrics-bind-address",
             &SocketAddr::from((n.ip, AGENT_METRICS_PORT)).to_string(),
+            "--bpffs-root",
+            &self.agent_bpffs_root(node).display().to_string(),
         ]));
         args.extend(self.config.agent_args.iter().cloned());
         args.extend(strings(extra));
@@ -554,6 +559,8 @@ impl Lab {
         if strays > 0 {
             errors.push(format!("killed {strays} stray lab processes"));
         }
+        // Unmounting the lab's bpffs drops every pin, detaching the agents' XDP programs.
+        errors.extend(unmount_bpffs(&self.dir));
         errors.extend(network::remove(self.index));
         // No process of this lab runs any more: the spawner thread may go.
         self.spawner.take();
@@ -680,6 +687,12 @@ impl Lab {
             .helpers
             .get_mut(name)
             .is_some_and(|h| h.exited().is_none())
+    }
+
+    /// The agent's `--bpffs-root` for `node`: its directory on the lab's bpffs
+    /// (`<lab dir>/bpffs/<node>`), where it pins its XDP programs, links and maps.
+    pub fn agent_bpffs_root(&self, node: &str) -> PathBuf {
+        bpffs_dir(&self.dir).join(node)
     }
 
     /// The agent's `--state-dir` for `node` (its journal lives here).
@@ -1029,6 +1042,51 @@ fn free_port(ip: Ipv4Addr) -> Result<u16> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| Error::io("reading a local address", e))
+}
+
+/// The lab's bpffs mount point.
+fn bpffs_dir(lab_dir: &Path) -> PathBuf {
+    lab_dir.join("bpffs")
+}
+
+/// Mounts a bpffs (a new instance, private to the lab) at `dir`.
+fn mount_bpffs(dir: &Path) -> Result<()> {
+    mkdir(dir)?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|e| Error::Setup(format!("{}: {e}", dir.display())))?;
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            c.as_ptr(),
+            c"bpf".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::io(
+            format!("mounting a bpffs at {}", dir.display()),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// Unmounts the lab's bpffs under `lab_dir`, if mounted; the failure, if any.
+pub(crate) fn unmount_bpffs(lab_dir: &Path) -> Option<String> {
+    let dir = bpffs_dir(lab_dir);
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return None;
+    }
+    let e = std::io::Error::last_os_error();
+    // EINVAL: not a mount point; ENOENT: never made.
+    match e.raw_os_error() {
+        Some(libc::EINVAL) | Some(libc::ENOENT) => None,
+        _ => Some(format!("unmounting {}: {e}", dir.display())),
+    }
 }
 
 fn mkdir(path: &Path) -> Result<()> {
