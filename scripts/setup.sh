@@ -23,8 +23,11 @@ fi
 # prometheus (with promtool), iperf3: the metrics e2e test; prometheus-node-exporter: the
 # scrape benchmark (node-agent/benches/scrape.rs). clang, llvm, libbpf-dev: the agent's build
 # compiles its XDP programs (node-agent/build.rs); iputils-ping: the XDP tests' blocked pings.
+# nftables (the nft tool): the firewall tests read the agent's table with `nft list`; clang's
+# libclang and libc6-dev's kernel headers: rustables' build script runs bindgen over them.
+# ethtool: the NIC tests check channels and offloads independently of the agent's netlink.
 PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config
-  prometheus iperf3 prometheus-node-exporter clang llvm libbpf-dev iputils-ping)
+  prometheus iperf3 prometheus-node-exporter clang llvm libbpf-dev iputils-ping ethtool)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
