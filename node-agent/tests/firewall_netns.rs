@@ -314,6 +314,17 @@ fn in_fresh_namespace() {
         attempts - connected
     );
 
+    // The schema's most prefixes, 4096 hosts none of which touch another: 8192 interval
+    // elements, in one batch, read back exactly.
+    let hosts: Vec<String> = (0..4096u32)
+        .map(|i| format!("10.0.{}.{}/32", i / 128, 2 * (i % 128)))
+        .collect();
+    let many = format!("blocked {}; syn-limit none; notrack none", hosts.join(" "));
+    let large = run(&goal("c", &many));
+    assert_eq!(large.state, NodeState::Applied, "{:?}", large.message);
+    assert_eq!(read(&host), Reading::Value(many.clone()));
+    assert_eq!(nft(&["list", "table", "inet", "other"]), other_before);
+
     // Revert: the table is gone, the other table and the sysctl are as they were.
     let reverted = run(&Goal::revert());
     assert_eq!(reverted.state, NodeState::Reverted, "{reverted:#?}");
