@@ -56,7 +56,7 @@ impl AgentWork {
         let drift = Counter::default();
         registry.register(
             "agent_drift",
-            "Transactions started because a setting of the applied revision had drifted on the host",
+            "Transactions started because a setting of the applied revision had drifted on the host (driftPolicy Reapply)",
             drift.clone(),
         );
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
