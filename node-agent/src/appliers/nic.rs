@@ -243,7 +243,8 @@ pub fn read(kernel: &dyn Kernel, kind: Kind, target: &str) -> Reading {
     match value(kernel, iface, &part) {
         Ok(Some(v)) => Reading::Value(v),
         Ok(None) => Reading::Missing(format!(
-            "{iface} has no offload feature {target:?} (the kernel does not know it)"
+            "{iface} has no offload feature {:?}: the kernel does not know the name",
+            target.split_once('/').map_or(target, |(_, f)| f)
         )),
         Err(e) if socket::errno(&e) == Some(libc::ENODEV) => {
             Reading::Missing(format!("no such interface on this host: {iface}"))
@@ -532,6 +533,73 @@ mod tests {
         for (name, names) in table {
             assert_eq!(kernel_names(name, &k), *names, "{name}");
         }
+    }
+
+    /// A kernel with one veth, `v0`, whose rings cannot be read.
+    #[derive(Debug)]
+    struct OneVeth;
+
+    impl Kernel for OneVeth {
+        fn write(&self, _: &std::path::Path, _: &[u8]) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn mount_hugetlbfs(&self, _: &std::path::Path, _: &str) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn unmount(&self, _: &std::path::Path) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn nic_features(&self, iface: &str) -> io::Result<Features> {
+            if iface != "v0" {
+                return Err(io::Error::from_raw_os_error(libc::ENODEV));
+            }
+            Ok(Features {
+                active: ["rx-gro".to_string()].into(),
+                ..veth()
+            })
+        }
+        fn nic_rings(&self, _: &str) -> io::Result<RingInfo> {
+            Err(socket::KernelError {
+                errno: libc::EOPNOTSUPP,
+                message: None,
+            }
+            .into_io())
+        }
+    }
+
+    #[test]
+    fn readings() {
+        let read = |kind, target| super::read(&OneVeth, kind, target);
+        assert_eq!(
+            read(Kind::Offload, "v0/rx-gro"),
+            Reading::Value("on".into())
+        );
+        assert_eq!(
+            read(Kind::Offload, "v0/rx-lro"),
+            Reading::Value("off".into())
+        );
+        assert_eq!(
+            read(Kind::Offload, "v0/turbo"),
+            Reading::Missing(
+                "v0 has no offload feature \"turbo\": the kernel does not know the name".into()
+            )
+        );
+        assert_eq!(
+            read(Kind::Offload, "v9/rx-gro"),
+            Reading::Missing("no such interface on this host: v9".into())
+        );
+        assert_eq!(
+            read(Kind::Ring, "v0/rx"),
+            Reading::Unreadable(
+                "cannot read ring v0/rx: Operation not supported (os error 95)".into()
+            )
+        );
+        assert!(matches!(
+            read(Kind::Ring, "v0/combined"),
+            Reading::Unreadable(_)
+        ));
+        assert!(write(&OneVeth, Kind::Offload, "v0/rx-gro", "maybe")
+            .is_err_and(|e| e.kind() == io::ErrorKind::InvalidInput));
     }
 
     #[test]
