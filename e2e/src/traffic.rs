@@ -1,9 +1,12 @@
 //! Real TCP traffic between lab nodes, and random loss on a node's wire.
 //!
 //! [`Loss`] drops a share of one node's packets to and from a peer in an nftables netdev table
-//! of its own on the node's eth0 (egress and ingress hooks, so that TCP sees them lost on the
-//! wire: a drop in an inet output chain is reported back to TCP as a local error and never
-//! retransmitted). [`Bulk`] runs iperf3 flows as lab helpers. Both are undone on drop.
+//! of its own on the node's eth0. Only the ingress drops look like loss on the wire to TCP: a
+//! drop on the way out (an inet output chain, and also the netdev egress hook, which sees the
+//! GSO super-packet before the driver) is reported back to the sending socket as a local error
+//! and never counted as a retransmission of a lost segment. So to make a node's own segments
+//! get lost, install the loss at its peer. [`Bulk`] runs iperf3 flows as lab helpers. Both are
+//! undone on drop.
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
@@ -13,8 +16,9 @@ use crate::{Error, Lab, Result};
 /// The nftables table that holds the loss rules.
 pub const LOSS_TABLE: &str = "hs_loss";
 
-/// Random loss of `permille`/1000 of the packets between a node and a peer's TCP `port`, each
-/// way; removed on drop.
+/// Random loss of `permille`/1000 of the packets between a node and a peer on TCP `port`, each
+/// way (the peer's segments to or from `port` dropped at the node's ingress; the node's to the
+/// peer's `port` at its egress); removed on drop.
 pub struct Loss<'lab> {
     lab: &'lab Lab,
     node: String,
@@ -30,7 +34,7 @@ impl<'lab> Loss<'lab> {
         permille: u32,
     ) -> Result<Self> {
         let rules = format!(
-            "table netdev {LOSS_TABLE} {{\n  chain egress {{\n    type filter hook egress device eth0 priority 0;\n    ip daddr {peer} tcp dport {port} numgen random mod 1000 < {permille} drop\n  }}\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {peer} tcp sport {port} numgen random mod 1000 < {permille} drop\n  }}\n}}\n"
+            "table netdev {LOSS_TABLE} {{\n  chain egress {{\n    type filter hook egress device eth0 priority 0;\n    ip daddr {peer} tcp dport {port} numgen random mod 1000 < {permille} drop\n  }}\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {peer} tcp sport {port} numgen random mod 1000 < {permille} drop\n    ip saddr {peer} tcp dport {port} numgen random mod 1000 < {permille} drop\n  }}\n}}\n"
         );
         let mut child = Command::new("ip")
             .args(["netns", "exec", lab.netns(node), "nft", "-f", "-"])

@@ -1,0 +1,497 @@
+//! Staged rollouts against a real API server, real agents and real sysctls in network
+//! namespaces: canary first, waves, pauses, promotion by hand, an operator restart in the
+//! middle of a wave, a refused value and a real TCP regression rolled back, judged by the
+//! agents' health samples and by a real Prometheus.
+//!
+//! Each test starts its own lab of five nodes: node-a..node-d in pool=edge (the tuning's
+//! nodes) and node-e in pool=core (the traffic's far end in the regression tests).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use hoststack_e2e::prometheus::Prometheus;
+use hoststack_e2e::traffic::{Bulk, Loss, BASE_PORT};
+use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
+use serde_json::Value;
+
+/// How long one step of a rollout may take.
+const STEP: Duration = Duration::from_secs(90);
+/// The tuning's nodes.
+const EDGE: [&str; 4] = ["node-a", "node-b", "node-c", "node-d"];
+
+fn lab() -> Lab {
+    Lab::start(LabConfig::with_nodes(5)).expect("lab starts")
+}
+
+/// A tuning of the edge pool setting `sysctls`, with `rollout` (YAML lines indented by four).
+fn tuning(name: &str, sysctls: &[(&str, &str)], rollout: &str) -> String {
+    let mut yaml = format!(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {name}\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: edge\n  sysctls:\n"
+    );
+    for (k, v) in sysctls {
+        yaml.push_str(&format!("    {k}: \"{v}\"\n"));
+    }
+    yaml.push_str("  rollout:\n");
+    yaml.push_str(rollout);
+    yaml
+}
+
+fn get_json(lab: &Lab, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let out = lab.kubectl(&all);
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("kubectl prints JSON")
+}
+
+fn status(lab: &Lab, tuning: &str) -> Value {
+    get_json(lab, &["get", "networktuning", tuning])["status"].clone()
+}
+
+fn phase(lab: &Lab, tuning: &str) -> String {
+    status(lab, tuning)["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The nodes of each wave so far.
+fn waves(lab: &Lab, tuning: &str) -> Vec<Vec<String>> {
+    status(lab, tuning)["waves"]
+        .as_array()
+        .map(|ws| {
+            ws.iter()
+                .map(|w| {
+                    w["nodes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|n| n.as_str().unwrap().to_string())
+                        .collect()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn wait_phase(lab: &Lab, tuning: &str, want: &str) -> Value {
+    lab.wait_for(&format!("{tuning} to be {want}"), STEP, || {
+        let s = status(lab, tuning);
+        (s["phase"] == want).then_some(s)
+    })
+}
+
+/// The revision each node's spec asks for, and its rollout phase.
+fn node_spec(lab: &Lab, node: &str) -> (String, String) {
+    let nt = get_json(lab, &["get", "nodetuning", node]);
+    let s = &nt["spec"];
+    (
+        s["revision"].as_str().unwrap_or_default().to_string(),
+        s["rolloutPhase"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// The revisions each node's agent has ever been asked for, from the operator's log.
+fn assigned(lab: &Lab, node: &str) -> BTreeSet<String> {
+    let log = std::fs::read_to_string(lab.log_path("operator")).unwrap_or_default();
+    log.lines()
+        .filter(|l| {
+            l.contains("assigning revision")
+                && (l.contains(&format!("node=\"{node}\"")) || l.contains(&format!("node={node} ")))
+        })
+        .filter_map(|l| {
+            let rest = &l[l.find("revision=Some(\"")? + 15..];
+            Some(rest[..rest.find('"')?].to_string())
+        })
+        .collect()
+}
+
+fn events(lab: &Lab, tuning: &str) -> String {
+    let field = format!("regarding.name={tuning}");
+    let out = lab.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "-A",
+        "--field-selector",
+        &field,
+        "-o",
+        "custom-columns=REASON:.reason,NOTE:.note",
+    ]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn delete(lab: &Lab, tuning: &str) {
+    let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn canary_waves_pause_promote_and_an_operator_restart() {
+    let lab = lab();
+    lab.label_node("node-c", "hoststack.dev/canary", Some("true"));
+    let originals: Vec<String> = EDGE
+        .iter()
+        .map(|n| lab.sysctl(n, "net.ipv4.tcp_sack"))
+        .collect();
+    assert!(originals.iter().all(|v| v == "1"));
+
+    // a. A good change: the labelled canary first, alone for its pause, then waves of two.
+    let rollout = "    canary: 1\n    maxUnavailable: 2\n    pauseAfterCanary: 4s\n";
+    lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], rollout))
+        .expect("accepted");
+    let canary = lab.wait_for("the canary to apply", STEP, || {
+        let s = status(&lab, "edge");
+        let w = &s["waves"][0];
+        (w["result"] == "Applied").then(|| s)
+    });
+    let revision = canary["currentRevision"].as_str().unwrap().to_string();
+    assert_eq!(waves(&lab, "edge"), vec![vec!["node-c".to_string()]]);
+    assert_eq!(lab.sysctl("node-c", "net.ipv4.tcp_sack"), "0");
+    // During the canary's pause the others are untouched and labelled baseline.
+    for node in ["node-a", "node-b", "node-d"] {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), "1", "{node}");
+        assert_eq!(node_spec(&lab, node).1, "baseline", "{node}");
+    }
+    assert_eq!(
+        node_spec(&lab, "node-c"),
+        (revision.clone(), "canary".into())
+    );
+    let done = wait_phase(&lab, "edge", "Complete");
+    assert_eq!(
+        waves(&lab, "edge"),
+        vec![
+            vec!["node-c".to_string()],
+            vec!["node-a".to_string(), "node-b".to_string()],
+            vec!["node-d".to_string()],
+        ]
+    );
+    assert_eq!(done["stableRevision"], revision.as_str());
+    assert_eq!(done["appliedNodes"], 4);
+    for node in EDGE {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), "0", "{node}");
+        assert_eq!(node_spec(&lab, node), (revision.clone(), "stable".into()));
+    }
+    let history = lab.kubectl(&[
+        "get",
+        "controllerrevisions",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "hoststack.dev/tuning=edge",
+        "-o",
+        "name",
+    ]);
+    let history = String::from_utf8_lossy(&history.stdout).into_owned();
+    assert!(history.contains(&format!("edge-{revision}")), "{history}");
+    let ev = events(&lab, "edge");
+    assert!(ev.contains("WaveStarted") && ev.contains("Applied"), "{ev}");
+
+    // e. Paused holds before the canary; resuming goes on.
+    let paused = "    canary: 1\n    maxUnavailable: 2\n    paused: true\n";
+    let sysctls = [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_dsack", "0")];
+    lab.apply_yaml(&tuning("edge", &sysctls, paused))
+        .expect("accepted");
+    let held = wait_phase(&lab, "edge", "Paused");
+    assert_eq!(held["message"], "rollout.paused is set");
+    assert!(held["waves"].as_array().is_none_or(|w| w.is_empty()));
+    std::thread::sleep(Duration::from_secs(2));
+    for node in EDGE {
+        assert_eq!(
+            lab.sysctl(node, "net.ipv4.tcp_dsack"),
+            "1",
+            "{node} untouched"
+        );
+    }
+    let out = lab.kubectl(&[
+        "patch",
+        "networktuning",
+        "edge",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"rollout":{"paused":false}}}"#,
+    ]);
+    assert!(out.status.success());
+    wait_phase(&lab, "edge", "Complete");
+    for node in EDGE {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_dsack"), "0", "{node}");
+    }
+
+    // e. Promotion by hand, and f. an operator restarted while a wave waits.
+    let manual = "    canary: 1\n    maxUnavailable: 2\n    analysis:\n      manual: true\n";
+    let with_ecn = [
+        ("net.ipv4.tcp_sack", "0"),
+        ("net.ipv4.tcp_dsack", "0"),
+        ("net.ipv4.tcp_ecn", "1"),
+    ];
+    lab.apply_yaml(&tuning("edge", &with_ecn, manual))
+        .expect("accepted");
+    let waiting = lab.wait_for("the canary to wait for promotion", STEP, || {
+        let s = status(&lab, "edge");
+        (s["waves"][0]["analysis"]["verdict"] == "Pending").then_some(s)
+    });
+    let message = waiting["waves"][0]["analysis"]["message"].as_str().unwrap();
+    assert!(message.contains("hoststack.dev/promote=0"), "{message}");
+    assert_eq!(lab.sysctl("node-c", "net.ipv4.tcp_ecn"), "1");
+    lab.stop_operator();
+    lab.start_operator();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        waves(&lab, "edge"),
+        vec![vec!["node-c".to_string()]],
+        "no wave repeated or skipped"
+    );
+    assert_eq!(phase(&lab, "edge"), "Progressing");
+    for node in ["node-a", "node-b", "node-d"] {
+        assert_ne!(lab.sysctl(node, "net.ipv4.tcp_ecn"), "1", "{node} waits");
+    }
+    let promote = |wave: &str| {
+        let kv = format!("hoststack.dev/promote={wave}");
+        let out = lab.kubectl(&["annotate", "networktuning", "edge", &kv, "--overwrite"]);
+        assert!(out.status.success());
+    };
+    promote("0");
+    lab.wait_for("wave 1 to wait for promotion", STEP, || {
+        let s = status(&lab, "edge");
+        (s["waves"][1]["analysis"]["verdict"] == "Pending").then_some(())
+    });
+    // Restarted again in the middle of wave 1.
+    lab.stop_operator();
+    lab.start_operator();
+    promote("1");
+    lab.wait_for("wave 2 to wait for promotion", STEP, || {
+        let s = status(&lab, "edge");
+        (s["waves"][2]["analysis"]["verdict"] == "Pending").then_some(())
+    });
+    promote("2");
+    wait_phase(&lab, "edge", "Complete");
+    let all = waves(&lab, "edge");
+    let flat: Vec<&String> = all.iter().flatten().collect();
+    let unique: BTreeSet<&String> = flat.iter().copied().collect();
+    assert_eq!((all.len(), flat.len(), unique.len()), (3, 4, 4), "{all:?}");
+    for node in EDGE {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_ecn"), "1", "{node}");
+    }
+
+    delete(&lab, "edge");
+    for (node, original) in EDGE.iter().zip(&originals) {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), *original, "{node}");
+    }
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
+    let lab = lab();
+    lab.label_node("node-b", "hoststack.dev/canary", Some("true"));
+    let rollout = "    canary: 1\n    maxUnavailable: 2\n";
+    lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], rollout))
+        .expect("accepted");
+    let good = wait_phase(&lab, "edge", "Complete");
+    let stable = good["currentRevision"].as_str().unwrap().to_string();
+
+    // tcp_congestion_control must name a congestion control this namespace allows.
+    let bad = [
+        ("net.ipv4.tcp_sack", "0"),
+        ("net.ipv4.tcp_congestion_control", "no-such-cc"),
+    ];
+    lab.apply_yaml(&tuning("edge", &bad, rollout))
+        .expect("accepted");
+    let back = wait_phase(&lab, "edge", "RolledBack");
+    let bad_revision = back["currentRevision"].as_str().unwrap().to_string();
+    assert_ne!(bad_revision, stable);
+    let message = back["message"].as_str().unwrap();
+    assert!(
+        message.contains("node-b failed to apply") && message.contains("tcp_congestion_control"),
+        "{message}"
+    );
+    assert_eq!(back["stableRevision"], stable.as_str());
+    let degraded = back["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .unwrap();
+    assert_eq!(
+        (&degraded["status"], &degraded["reason"]),
+        (&"True".into(), &"RolledBack".into())
+    );
+    // Every node is back on the stable revision, and only the canary was ever asked for the bad
+    // one.
+    lab.wait_for("every node to run the stable revision again", STEP, || {
+        EDGE.iter()
+            .all(|n| {
+                let nt = get_json(&lab, &["get", "nodetuning", n]);
+                nt["status"]["appliedRevision"] == stable.as_str()
+                    && nt["status"]["state"] == "Applied"
+            })
+            .then_some(())
+    });
+    for node in EDGE {
+        assert_eq!(node_spec(&lab, node).0, stable, "{node}");
+        let asked = assigned(&lab, node);
+        assert_eq!(
+            asked.contains(&bad_revision),
+            node == "node-b",
+            "{node} was asked for {asked:?}"
+        );
+    }
+    assert!(events(&lab, "edge").contains("RolledBack"));
+    // It stays rolled back until the spec changes.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(phase(&lab, "edge"), "RolledBack");
+    delete(&lab, "edge");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+/// Tcp OutSegs of `node`'s namespace, from /proc/net/snmp.
+fn out_segs(lab: &Lab, node: &str) -> u64 {
+    let out = lab.exec_in_node(node, &["cat", "/proc/net/snmp"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (
+        tcp.next().unwrap_or_default(),
+        tcp.next().unwrap_or_default(),
+    );
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "OutSegs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Traffic from every edge node to node-e, and 5 % loss of the canary's segments once it is
+/// picked; returns the final status.
+fn regression(lab: &Lab, canary: &str, analysis: &str) -> Value {
+    lab.label_node(canary, "hoststack.dev/canary", Some("true"));
+    let _bulk = Bulk::start(lab, "node-e", &EDGE, "40M", 300).expect("traffic starts");
+    for node in EDGE {
+        let before = out_segs(lab, node);
+        lab.wait_for(&format!("traffic from {node}"), STEP, || {
+            (out_segs(lab, node) > before + 1000).then_some(())
+        });
+    }
+    let rollout = format!("    canary: 1\n    maxUnavailable: 2\n{analysis}");
+    lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], &rollout))
+        .expect("accepted");
+    lab.wait_for("the canary to be assigned", STEP, || {
+        (waves(lab, "edge").first().map(|w| w[0].as_str()) == Some(canary)).then_some(())
+    });
+    let port = BASE_PORT + EDGE.iter().position(|n| *n == canary).unwrap() as u16;
+    // The canary's segments are lost on the way in to node-e: 5 % of them.
+    let _loss = Loss::install(lab, "node-e", lab.node_ip(canary), port, 50).expect("loss");
+    let back = wait_phase(lab, "edge", "RolledBack");
+    // Nobody but the canary was ever changed.
+    for node in EDGE.iter().filter(|n| **n != canary) {
+        assert!(
+            !assigned(lab, node).contains(back["currentRevision"].as_str().unwrap()),
+            "{node} was never rolled onto"
+        );
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), "1", "{node}");
+    }
+    lab.wait_for("the canary to be reverted", STEP, || {
+        (lab.sysctl(canary, "net.ipv4.tcp_sack") == "1").then_some(())
+    });
+    back
+}
+
+#[test]
+fn a_retransmit_regression_on_the_canary_fails_the_health_analysis() {
+    let lab = lab();
+    let analysis = "    analysis:\n      window: 4s\n      thresholds:\n        - metric: RetransmitRatio\n          max: \"0.01\"\n          maxRelativeToBaseline: \"3\"\n";
+    let back = regression(&lab, "node-a", analysis);
+    let wave = &back["waves"][0];
+    assert_eq!(wave["result"], "RolledBack");
+    let a = &wave["analysis"];
+    assert_eq!(a["verdict"], "Fail", "{a}");
+    let metrics = a["metrics"].as_array().unwrap();
+    let ratio = |key: &str| -> f64 {
+        metrics
+            .iter()
+            .find(|m| m["limit"] == "0.01")
+            .and_then(|m| m[key].as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    assert!(ratio("judged") > 0.01, "{a}");
+    let relative = metrics
+        .iter()
+        .find(|m| m["baseline"].is_string())
+        .expect("a baseline value");
+    eprintln!("analysis: {a}");
+    let baseline: f64 = relative["baseline"].as_str().unwrap().parse().unwrap();
+    assert!(baseline < ratio("judged"), "{a}");
+    assert!(back["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("analysis failed: RetransmitRatio"));
+    delete(&lab, "edge");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
+    let lab = lab();
+    let prometheus = Prometheus::start(&lab).expect("prometheus starts");
+    lab.wait_for("every target up", Duration::from_secs(30), || {
+        let up = prometheus.targets_up();
+        (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
+    });
+    let query = r#"sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"RetransSegs\",node=~\"{{judged}}\"}[5s])) / sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"OutSegs\",node=~\"{{judged}}\"}[5s]))"#;
+    let analysis = format!(
+        "    analysis:\n      window: 8s\n      prometheus:\n        address: http://{}\n        query: \"{query}\"\n        successCondition: result < 0.01\n        failureCondition: result > 0.02\n",
+        prometheus.address()
+    );
+    let back = regression(&lab, "node-b", &analysis);
+    let a = &back["waves"][0]["analysis"];
+    assert_eq!(a["verdict"], "Fail", "{a}");
+    let m = &a["metrics"][0];
+    assert_eq!(m["metric"], "prometheus");
+    let value: f64 = m["judged"].as_str().unwrap().parse().unwrap();
+    assert!(value > 0.02, "{a}");
+    eprintln!("analysis: {a}");
+
+    // The Rollout dashboard's first panel, as Grafana would evaluate it at the end of the
+    // canary's window, splits the retransmit ratio by phase: the canary above the baseline.
+    let dashboard: Value =
+        serde_json::from_str(include_str!("../../charts/hoststack/dashboards/rollout.json"))
+            .unwrap();
+    let panel = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["title"] == "Retransmit ratio by phase")
+        .expect("the panel");
+    let expr = panel["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$__rate_interval", "5s")
+        .replace("$tuning", "edge")
+        .replace("$node", ".*");
+    let applied: k8s_openapi::jiff::Timestamp = back["waves"][0]["appliedAt"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let at = applied.as_second() as f64 + 8.0;
+    let by_phase: std::collections::BTreeMap<String, f64> = prometheus
+        .query(&expr, Some(at))
+        .expect("the panel's query")
+        .into_iter()
+        .map(|s| (s.labels["phase"].clone(), s.value))
+        .collect();
+    eprintln!("retransmit ratio by phase at the canary's window: {by_phase:?}");
+    assert!(by_phase["canary"] > 0.02, "{by_phase:?}");
+    assert!(by_phase["baseline"] < by_phase["canary"] / 5.0, "{by_phase:?}");
+    delete(&lab, "edge");
+    drop(prometheus);
+    lab.stop().expect("the lab stops cleanly");
+}
