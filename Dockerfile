@@ -8,6 +8,11 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS builder
+# The agent's build compiles its XDP programs (node-agent/bpf/*.c) with clang against libbpf's
+# headers.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends clang llvm libbpf-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p hoststack-operator -p hoststack-agent \

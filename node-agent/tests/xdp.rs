@@ -46,6 +46,8 @@ struct State {
     programs: BTreeMap<PathBuf, u32>,
     /// Map pins: path → prefixes (the blocklist tries) or nothing (the counters).
     maps: BTreeMap<PathBuf, BTreeSet<Prefix>>,
+    /// Interfaces removed (their programs went with them).
+    removed: BTreeSet<String>,
     next_id: u32,
 }
 
@@ -92,12 +94,8 @@ impl FakeKernel {
     }
 }
 
-fn interfaces() -> [&'static str; 4] {
-    ["veth1", "veth2", GENERIC_ONLY, FOREIGN]
-}
-
-fn exists(iface: &str) -> io::Result<()> {
-    if interfaces().contains(&iface) {
+fn exists(s: &State, iface: &str) -> io::Result<()> {
+    if ["veth1", "veth2", GENERIC_ONLY, FOREIGN].contains(&iface) && !s.removed.contains(iface) {
         Ok(())
     } else {
         Err(io::Error::new(io::ErrorKind::NotFound, "No such device"))
@@ -119,8 +117,8 @@ impl Kernel for FakeKernel {
 
     fn xdp_query(&self, iface: &str, pins: &Pins) -> io::Result<XdpState> {
         let s = self.state(false);
-        exists(iface)?;
         Ok(XdpState {
+            interface_gone: exists(&s, iface).is_err(),
             attached: s.attached.get(iface).cloned().into_iter().collect(),
             link_program: s.links.get(&pins.link()).map(|(_, id)| *id),
             program_pinned: s.programs.contains_key(&pins.program()),
@@ -135,7 +133,7 @@ impl Kernel for FakeKernel {
         mode: AttachMode,
     ) -> io::Result<()> {
         let mut s = self.state(true);
-        exists(iface)?;
+        exists(&s, iface)?;
         if iface == GENERIC_ONLY && mode == AttachMode::Native {
             return Err(io::Error::other("Operation not supported (os error 95)"));
         }
@@ -513,6 +511,24 @@ fn a_restarted_agent_changes_nothing_and_a_new_blocklist_keeps_the_program() {
         ["198.19.30.20/32".parse().expect("prefix")].into()
     );
     assert!(s.maps[Path::new("/bpf/hs/veth1/blocklist_v6")].is_empty());
+}
+
+#[test]
+fn the_pins_of_an_interface_that_went_away_are_removed_by_the_revert() {
+    let node = Node::new();
+    let before = node.state();
+    let t = node.transactor();
+    assert_eq!(run(&t, &full()).state, NodeState::Applied);
+    {
+        let mut s = node.state.lock().expect("state");
+        s.removed.insert("veth1".into());
+        s.attached.remove("veth1");
+    }
+    let r = run(&t, &Goal::revert());
+    assert_eq!(r.state, NodeState::Reverted, "{r:?}");
+    let mut after = node.state();
+    after.removed.clear();
+    assert_eq!(after.shape(), before.shape(), "no pin left");
 }
 
 fn killed(f: impl FnOnce()) -> bool {

@@ -339,7 +339,11 @@ fn in_namespaces() {
     assert!(!connect_from(SOURCE_B, service));
     assert!(connect_from(SOURCE_A, service));
 
-    // Revert: nothing attached, nothing pinned.
+    // The bridge goes away while tuned: the kernel detaches its program, the pins stay.
+    sh(&["ip", "link", "del", "gen0"]);
+    assert_eq!(read(Kind::XdpProgram, "gen0"), "leftover-pins");
+
+    // Revert: nothing attached, nothing pinned (the vanished interface's pins included).
     let reverted = run(&t, &Goal::revert());
     assert_eq!(reverted.state, NodeState::Reverted, "{reverted:?}");
     assert_eq!(attached_id("xdp0"), None);

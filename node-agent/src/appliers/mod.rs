@@ -234,8 +234,8 @@ pub trait Kernel: fmt::Debug + Send + Sync {
         let _ = mtu;
         Err(nic_unsupported(iface))
     }
-    /// What is attached to `iface`'s XDP hook, and what hoststack pinned for it in `pins`;
-    /// NotFound when there is no such interface.
+    /// What is attached to `iface`'s XDP hook (nothing when the interface is gone), and what
+    /// hoststack pinned for it in `pins`.
     fn xdp_query(&self, iface: &str, pins: &xdp::Pins) -> io::Result<xdp::XdpState> {
         let _ = (iface, pins);
         Err(io::ErrorKind::Unsupported.into())

@@ -584,6 +584,8 @@ pub struct AttachedProgram {
 /// What the kernel says about an interface's XDP hook and hoststack's pins for it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct XdpState {
+    /// The interface does not exist (any more); its pins may still be there.
+    pub interface_gone: bool,
     /// The programs attached (more than one only with different modes).
     pub attached: Vec<AttachedProgram>,
     /// The program id behind hoststack's pinned link, when the link pin exists.
@@ -631,14 +633,13 @@ pub fn read_program(kernel: &dyn Kernel, root: &Path, iface: &str) -> Reading {
     if !plain_name(iface) {
         return Reading::Unreadable(format!("XDP target {iface:?} is not an interface name"));
     }
+    // An interface that is gone has no program: `none`, or `leftover-pins` while hoststack's
+    // pins for it remain (a revert then removes them).
     match kernel.xdp_query(iface, &Pins::new(root, iface)) {
         Ok(state) => match program_value(iface, &state) {
             Ok(v) => Reading::Value(v.to_string()),
             Err(e) => Reading::Unreadable(e),
         },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Reading::Missing(format!("no interface {iface}"))
-        }
         Err(e) => Reading::Unreadable(format!("querying the XDP program of {iface}: {e}")),
     }
 }
@@ -870,15 +871,22 @@ pub mod real {
 
     /// See [`crate::appliers::Kernel::xdp_query`].
     pub fn query(iface: &str, pins: &Pins) -> io::Result<XdpState> {
-        let index = if_index(iface)?;
-        let attached = super::netlink::attached(index)?
-            .into_iter()
-            .map(|(mode, id)| AttachedProgram {
-                id,
-                name: program_name(id),
-                mode,
-            })
-            .collect();
+        let index = match if_index(iface) {
+            Ok(index) => Some(index),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let attached = match index {
+            Some(index) => super::netlink::attached(index)?
+                .into_iter()
+                .map(|(mode, id)| AttachedProgram {
+                    id,
+                    name: program_name(id),
+                    mode,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let link_program = if pins.link().exists() {
             let link = PinnedLink::from_pin(pins.link())
                 .map_err(|e| error("opening the pinned link", e))?;
@@ -890,6 +898,7 @@ pub mod real {
             None
         };
         Ok(XdpState {
+            interface_gone: index.is_none(),
             attached,
             link_program,
             program_pinned: pins.program().exists(),
@@ -1422,6 +1431,7 @@ mod tests {
     #[test]
     fn reading_the_hook() {
         let ours = |mode| XdpState {
+            interface_gone: false,
             attached: vec![attached(9, "hs_blocklist", mode)],
             link_program: Some(9),
             program_pinned: true,
@@ -1439,8 +1449,18 @@ mod tests {
                 Ok("blocklist/generic"),
             ),
             (
+                "an interface gone, its pins left",
+                XdpState {
+                    interface_gone: true,
+                    link_program: Some(9),
+                    ..XdpState::default()
+                },
+                Ok("leftover-pins"),
+            ),
+            (
                 "pins without a program",
                 XdpState {
+                    interface_gone: false,
                     program_pinned: true,
                     ..XdpState::default()
                 },
@@ -1449,6 +1469,7 @@ mod tests {
             (
                 "someone else's",
                 XdpState {
+                    interface_gone: false,
                     attached: vec![attached(5, "xdp_fw", AttachMode::Native)],
                     ..XdpState::default()
                 },
@@ -1457,6 +1478,7 @@ mod tests {
             (
                 "someone else's beside ours",
                 XdpState {
+                    interface_gone: false,
                     attached: vec![
                         attached(9, "hs_pass", AttachMode::Native),
                         attached(5, "xdp_fw", AttachMode::Generic),
@@ -1469,6 +1491,7 @@ mod tests {
             (
                 "our name but not our link",
                 XdpState {
+                    interface_gone: false,
                     attached: vec![attached(5, "hs_pass", AttachMode::Native)],
                     link_program: Some(9),
                     program_pinned: true,
