@@ -230,11 +230,6 @@ impl Reconciler {
         }
         let mut pause = self.pause();
         self.transactor.recover(&mut pause)?;
-        if self.failed.is_some() {
-            if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == desired) {
-                return Ok(Next::Report(outcome.clone()));
-            }
-        }
         let Expanded { goal, blockers } = self.expand(desired)?;
         let prepared = self.transactor.prepare(&goal, &mut pause)?;
         self.drifted = match desired {
@@ -246,6 +241,15 @@ impl Reconciler {
             ),
             _ => Vec::new(),
         };
+        if self.failed.is_some() {
+            if blockers.is_empty() && prepared.is_settled(&goal) {
+                // The host came to match the failed revision without the agent (a re-apply of
+                // drift failed, then someone put the values back): nothing left to retry.
+                self.failed = None;
+            } else if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == desired) {
+                return Ok(Next::Report(outcome.clone()));
+            }
+        }
         let report_drift = desired.drift_policy() == Some(DriftPolicy::Report)
             && drift::only_drift(&prepared.plan, &self.drifted);
         let mut outcome = match desired {

@@ -311,7 +311,7 @@ fn a_revert_restores_the_originals_of_a_drifted_host() {
 }
 
 #[test]
-fn a_reapply_the_kernel_refuses_fails_and_leaves_the_drifted_host_as_it_was() {
+fn a_reapply_the_kernel_refuses_fails_all_or_nothing_until_the_host_matches_again() {
     let host = FakeHost::new(BASE);
     let mut r = host.reconciler();
     let desired = node_tuning("r1", R1, None);
@@ -325,7 +325,7 @@ fn a_reapply_the_kernel_refuses_fails_and_leaves_the_drifted_host_as_it_was() {
     let (ran, failed) = reconcile(&mut r, &desired);
     assert!(ran);
     assert_eq!(failed.state, NodeState::Failed, "{failed:?}");
-    // All or nothing: tcp_sack, written before somaxconn failed, is drifted again.
+    // All or nothing: somaxconn (written first) failed, so tcp_sack was never written.
     assert_eq!(host.get("net.ipv4.tcp_sack"), "1");
     assert_eq!(host.journal(), journal);
     assert!(!r.drifted().is_empty());
@@ -335,4 +335,31 @@ fn a_reapply_the_kernel_refuses_fails_and_leaves_the_drifted_host_as_it_was() {
         message.contains("net.ipv4.tcp_sack: desired 0, found 1"),
         "{message}"
     );
+
+    // Like any failed revision it is not retried; the drift is reported as it is now.
+    host.put("net.ipv4.tcp_sack", "2");
+    let (ran, still) = reconcile(&mut r, &desired);
+    assert!(!ran);
+    assert_eq!(still.state, NodeState::Failed);
+    let (_, _, message) = drifted_condition(&status_of(&r, &desired, &still));
+    assert!(
+        message.contains("net.ipv4.tcp_sack: desired 0, found 2"),
+        "{message}"
+    );
+
+    // Someone puts the values back by hand: the revision holds again, with nothing written.
+    fs::remove_file(&path).expect("rm");
+    host.put("net.core.somaxconn", "8192");
+    host.put("net.ipv4.tcp_sack", "0");
+    let (ran, settled) = reconcile(&mut r, &desired);
+    assert!(!ran);
+    assert_eq!(settled.state, NodeState::Applied, "{settled:?}");
+    assert!(r.drifted().is_empty());
+    assert_eq!(host.journal(), journal);
+    // A later drift is re-applied again.
+    host.put("net.ipv4.tcp_sack", "1");
+    let (ran, fixed) = reconcile(&mut r, &desired);
+    assert!(ran);
+    assert_eq!(fixed.state, NodeState::Applied);
+    assert_eq!(host.get("net.ipv4.tcp_sack"), "0");
 }
