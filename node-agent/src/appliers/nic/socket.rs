@@ -161,8 +161,14 @@ struct Ethtool {
 }
 
 impl Ethtool {
+    /// A socket, with the family id resolved once per process: generic-netlink ids are assigned
+    /// when a family registers and stay for the kernel's lifetime.
     fn open() -> io::Result<Self> {
+        static FAMILY_ID: OnceLock<u16> = OnceLock::new();
         let mut netlink = Netlink::open(protocols::NETLINK_GENERIC)?;
+        if let Some(&family) = FAMILY_ID.get() {
+            return Ok(Ethtool { netlink, family });
+        }
         let ctrl = GenlMessage::from_payload(GenlCtrl {
             cmd: GenlCtrlCmd::GetFamily,
             nlas: vec![GenlCtrlAttrs::FamilyName(ethtool::FAMILY.into())],
@@ -181,7 +187,10 @@ impl Ethtool {
                     "this kernel has no ethtool netlink family",
                 )
             })?;
-        Ok(Ethtool { netlink, family })
+        Ok(Ethtool {
+            netlink,
+            family: *FAMILY_ID.get_or_init(|| family),
+        })
     }
 
     /// Sends an ethtool message and returns its one reply (none for a SET, which omits it).
