@@ -535,6 +535,8 @@ fn send_batch(batch: &[u8], what: &[(u32, String)]) -> io::Result<()> {
         );
     }
     send_all(&fd, batch)?;
+    let last = what.last().map(|(seq, _)| *seq);
+    let mut last_acked = false;
     let mut buf = vec![0u8; 64 * 1024];
     let mut first_error: Option<io::Error> = None;
     while let Some(n) = receive(&fd, &mut buf, true)? {
@@ -543,7 +545,9 @@ fn send_batch(batch: &[u8], what: &[(u32, String)]) -> io::Result<()> {
                 continue;
             }
             let code = error_code(payload);
-            if code != 0 && first_error.is_none() {
+            if code == 0 {
+                last_acked |= Some(seq) == last;
+            } else if first_error.is_none() {
                 let doing = what
                     .iter()
                     .find(|(s, _)| *s == seq)
@@ -553,7 +557,15 @@ fn send_batch(batch: &[u8], what: &[(u32, String)]) -> io::Result<()> {
             }
         }
     }
-    first_error.map_or(Ok(()), Err)
+    match first_error {
+        Some(e) => Err(e),
+        // Every message asks for an acknowledgement: without the last one the batch's fate is
+        // unknown (the read-back decides).
+        None if !last_acked => Err(io::Error::other(
+            "the kernel did not acknowledge the whole batch",
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Dumps objects of `msg_type` (`NFT_MSG_GET*`) of family inet, filtered by `attrs`; the
