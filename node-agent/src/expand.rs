@@ -33,6 +33,8 @@ pub struct Discovery {
     pub unattached: Vec<InterfaceFacts>,
     /// Each interface's offload features and channel counts, read through netlink.
     pub nic: BTreeMap<String, nic::NicFacts>,
+    /// The API server's address: the firewall must not block it.
+    pub api_server: Option<IpAddr>,
 }
 
 impl Discovery {
@@ -91,6 +93,7 @@ impl Discovery {
             dpdk,
             unattached,
             nic,
+            api_server,
         }
     }
 }
@@ -211,7 +214,7 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
         );
     }
     if let Some(spec) = &config.firewall {
-        wants.extend(firewall::desired(spec));
+        wants.extend(firewall::desired(spec, d.api_server));
     }
     if config.userspace_stack.is_some() {
         unsupported.push(not_supported("userspaceStack", "userspaceStack"));
@@ -338,6 +341,7 @@ mod tests {
                 ..InterfaceFacts::default()
             }],
             nic: BTreeMap::new(),
+            api_server: Some("198.18.1.1".parse().unwrap()),
         }
     }
 

@@ -17,6 +17,7 @@
 //! - [`netlink`]: the kernel I/O (rustables where it can, the agent's encoding where not).
 
 use std::io;
+use std::net::IpAddr;
 
 use hoststack_crds::Firewall;
 
@@ -43,13 +44,30 @@ pub fn setting() -> Setting {
 
 /// What the `firewall` section of a spec asks for: the table's description, or the reasons
 /// the spec is refused (before any write).
-pub fn desired(spec: &Firewall) -> Wants {
+///
+/// Besides a malformed spec, a blocked prefix that contains `api_server` (the API server's
+/// address) is refused: the table would drop the API server's answers, cutting the agent off
+/// from the API server and so from any later fix of the spec.
+pub fn desired(spec: &Firewall, api_server: Option<IpAddr>) -> Wants {
+    let ruleset = Ruleset::from_spec(spec);
+    let mut problems = ruleset.clone().err().unwrap_or_default();
+    if let Some(api) = api_server {
+        for (i, text) in spec.blocked_prefixes.iter().enumerate() {
+            if ruleset::Prefix::parse(text.trim()).is_ok_and(|p| p.contains(api)) {
+                problems.push(format!(
+                    "firewall.blockedPrefixes[{i}]: {text} contains the API server's address \
+                     {api}; blocking it would cut this agent off from the API server (and so \
+                     from any fix of the spec)"
+                ));
+            }
+        }
+    }
     let mut wants = Wants::default();
-    match Ruleset::from_spec(spec) {
-        Ok(ruleset) => wants.set(setting(), ruleset.render()),
-        Err(errors) => {
-            for e in errors {
-                wants.refuse(Kind::Nftables.as_str(), TARGET, e);
+    match ruleset {
+        Ok(ruleset) if problems.is_empty() => wants.set(setting(), ruleset.render()),
+        _ => {
+            for p in problems {
+                wants.refuse(Kind::Nftables.as_str(), TARGET, p);
             }
         }
     }
@@ -136,7 +154,7 @@ mod tests {
             }),
             notrack_ports: vec![80],
         };
-        let w = desired(&spec);
+        let w = desired(&spec, Some("198.18.1.1".parse().unwrap()));
         assert!(w.refused.is_empty());
         assert_eq!(
             w.settings,
@@ -149,12 +167,30 @@ mod tests {
             blocked_prefixes: vec!["198.19.20.2/24".into()],
             ..Firewall::default()
         };
-        let w = desired(&bad);
+        let w = desired(&bad, None);
         assert!(w.settings.is_empty());
         assert_eq!(w.refused.len(), 1);
         assert_eq!(w.refused[0].kind, "nftables");
         assert_eq!(w.refused[0].target, TARGET);
         assert!(w.refused[0].message.contains("host bits set"));
+        let api = Firewall {
+            blocked_prefixes: vec!["198.19.20.0/24".into(), "198.18.0.0/15".into()],
+            ..Firewall::default()
+        };
+        let w = desired(&api, Some("198.18.1.1".parse().unwrap()));
+        assert!(w.settings.is_empty());
+        assert_eq!(
+            w.refused
+                .iter()
+                .map(|r| r.message.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "firewall.blockedPrefixes[1]: 198.18.0.0/15 contains the API server's address \
+              198.18.1.1; blocking it would cut this agent off from the API server (and so from \
+              any fix of the spec)"
+            ]
+        );
+        assert_eq!(desired(&api, None).refused, []);
     }
 
     #[test]

@@ -113,6 +113,15 @@ impl Prefix {
         }
     }
 
+    /// Whether `addr` lies in the prefix.
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        let (family, n) = match addr {
+            IpAddr::V4(a) => (Family::V4, u128::from(u32::from(a))),
+            IpAddr::V6(a) => (Family::V6, u128::from(a)),
+        };
+        family == self.family && self.start <= n && n <= self.end()
+    }
+
     /// Parses `ADDR/LEN` (or a bare address, a single host), refusing host bits.
     pub fn parse(text: &str) -> Result<Self, String> {
         let (addr, len) = match text.split_once('/') {
@@ -509,6 +518,17 @@ mod tests {
         ] {
             assert!(Ruleset::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn prefixes_contain_their_own_family_only() {
+        let p = Prefix::parse("198.18.0.0/15").unwrap();
+        assert!(p.contains("198.19.255.1".parse().unwrap()));
+        assert!(!p.contains("198.20.0.0".parse().unwrap()));
+        assert!(!p.contains("::ffff:198.18.0.1".parse().unwrap()));
+        let all = Prefix::parse("::/0").unwrap();
+        assert!(all.contains("2001:db8::1".parse().unwrap()));
+        assert!(!all.contains("10.0.0.1".parse().unwrap()));
     }
 
     #[test]
