@@ -11,7 +11,12 @@
 //! process, even when it fails or is killed. Without root it says so and skips.
 //!
 //! Apply and the restart run in separate processes (the test binary again, in the same
-//! namespaces), so the program stays attached only through its pins.
+//! namespaces), so the program stays attached only through its pins. Proven here: drops of the
+//! blocked source's ping and TCP connect while the allowed one passes; exact per-CPU counters
+//! (20 pings, 20 × 98 bytes) and their /metrics line; `auto` falling back to generic on a
+//! bridge; the bpffs mount; a restart with nothing to do; a new list through the map with the
+//! same program id; a vanished interface's pins removed by the revert; a revert leaving no
+//! program and no pin; a program attached by iproute2 refused and left alone.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -321,6 +326,18 @@ fn in_namespaces() {
     );
     assert!(metrics.contains(&line), "{line} not in\n{metrics}");
 
+    // Exactly: 20 echo requests of 98-byte frames (14 Ethernet + 20 IPv4 + 8 ICMP + 56 data).
+    let flood = Command::new("ip")
+        .args([
+            "netns", "exec", SOURCE_A, "ping", "-c", "20", "-i", "0.01", "-W", "1", "-q",
+        ])
+        .arg(NODE_IP.to_string())
+        .output()
+        .expect("ping");
+    assert!(!flood.status.success(), "no answer to the blocked source");
+    let (more, more_bytes) = xdp::real::drops(&pins).expect("counters");
+    assert_eq!((more - packets, more_bytes - bytes), (20, 20 * 98));
+
     // A restarted agent picks the pins up and changes nothing.
     phase("restart", state.path());
     assert_eq!(attached_id("xdp0"), Some(id), "not re-attached");
@@ -356,6 +373,45 @@ fn in_namespaces() {
         ping_from(SOURCE_A) && ping_from(SOURCE_B),
         "the network works after"
     );
+
+    // A program someone else attached (here with iproute2) is refused, not replaced.
+    let object = state.path().join("pass.o");
+    std::fs::write(&object, xdp::Program::Pass.object()).expect("write the object");
+    sh(&["ip", "link", "add", "gen1", "type", "bridge"]);
+    let object_path = object.display().to_string();
+    sh(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        "gen1",
+        "xdpgeneric",
+        "obj",
+        &object_path,
+        "sec",
+        "xdp",
+    ]);
+    let theirs = attached_id("gen1");
+    assert!(theirs.is_some(), "iproute2 attached its program");
+    let foreign = Goal {
+        target: Some(Applied {
+            tuning: "t".into(),
+            revision: "r3".into(),
+        }),
+        desired: [(
+            Setting::new(Kind::XdpProgram, "gen1"),
+            "pass/auto".to_string(),
+        )]
+        .into(),
+    };
+    let refused = run(&t, &foreign);
+    assert_eq!(refused.state, NodeState::Failed, "{refused:?}");
+    let message = refused.message.expect("message");
+    assert!(
+        message.contains("gen1 already has an XDP program hoststack did not attach"),
+        "{message}"
+    );
+    assert_eq!(attached_id("gen1"), theirs, "left as it was");
 }
 
 fn transactor_in(state: &Path) -> Transactor {
