@@ -10,12 +10,11 @@
 //!
 //! The operator is not started, so only the agent is judged.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use hoststack_e2e::traffic::{Bulk, BASE_PORT};
+use hoststack_e2e::traffic::{Bulk, Loss, BASE_PORT};
 use hoststack_e2e::{Identity, Lab, LabConfig};
 use serde_json::Value;
 
@@ -107,61 +106,6 @@ fn ask(lab: &Lab, id: Option<&str>) {
     );
 }
 
-/// Random loss of 2% of node-a's data packets at node-b's ingress (an nftables netdev table of
-/// its own in node-b's namespace), removed on drop.
-///
-/// The loss must be where the sender's TCP cannot see it: a drop in node-a's own egress hook (as
-/// in an inet output chain) is reported back to TCP as a local drop (`NET_XMIT_DROP`), and the
-/// segment is sent again without counting as a retransmission — measured here: 13 GSO packets
-/// dropped at the sender's egress gave 5 RetransSegs in 13,485 OutSegs, the same rule at the
-/// receiver's ingress 231 in 13,121.
-struct ReceiverLoss<'lab> {
-    lab: &'lab Lab,
-}
-
-/// The loss table in node-b's namespace.
-const LOSS_TABLE: &str = "hs_health_loss";
-
-impl<'lab> ReceiverLoss<'lab> {
-    fn install(lab: &'lab Lab) -> Self {
-        let rules = format!(
-            "table netdev {LOSS_TABLE} {{\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {} tcp dport {BASE_PORT} numgen random mod 1000 < 20 drop\n  }}\n}}\n",
-            lab.node_ip(NODE)
-        );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", lab.netns(PEER), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nft runs");
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(rules.as_bytes()).expect("writing to nft");
-        }
-        let out = child.wait_with_output().expect("nft ends");
-        let loss = ReceiverLoss { lab };
-        assert!(
-            out.status.success(),
-            "nft: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        loss
-    }
-}
-
-impl Drop for ReceiverLoss<'_> {
-    fn drop(&mut self) {
-        let out = self
-            .lab
-            .exec_in_node(PEER, &["nft", "delete", "table", "netdev", LOSS_TABLE]);
-        if !out.status.success() {
-            eprintln!(
-                "removing {LOSS_TABLE}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-}
-
 fn object(lab: &Lab) -> Value {
     let out = lab.kubectl(&["get", "nodetuning", NODE, "-o", "json"]);
     assert!(
@@ -212,7 +156,8 @@ fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
     assert!(object(&lab)["status"].get("health").is_none());
 
     // Lossy bulk traffic from node-a to node-b for the whole sampling part.
-    let loss = ReceiverLoss::install(&lab);
+    // At node-b's ingress, where node-a's TCP cannot see it (see hoststack_e2e::traffic).
+    let loss = Loss::install(&lab, PEER, lab.node_ip(NODE), BASE_PORT, 20).expect("loss rule");
     let bulk = Bulk::start(&lab, PEER, &[NODE], "50M", 120).expect("iperf3 runs");
 
     ask(&lab, Some("h1"));
