@@ -15,9 +15,10 @@ use super::attr::{self, Attr};
 const REG_1: u32 = sys::NFT_REG_1;
 /// The verdict register.
 const REG_VERDICT: u32 = sys::NFT_REG_VERDICT;
-/// `NF_DROP` and `NF_ACCEPT`, the verdict codes.
-const NF_DROP: u32 = 0;
-const NF_ACCEPT: u32 = 1;
+/// The verdict code `NF_DROP`.
+const NF_DROP: u32 = libc::NF_DROP as u32;
+/// The verdict code `NF_ACCEPT`.
+const NF_ACCEPT: u32 = libc::NF_ACCEPT as u32;
 /// The limit unit: one second.
 const PER_SECOND: u64 = 1;
 

@@ -33,15 +33,18 @@ pub const METER_TIMEOUT_MS: u64 = 60_000;
 /// How many sources a SYN-limit set holds; SYNs of sources beyond it are not limited.
 pub const METER_SIZE: u32 = 65_535;
 
-/// nft's data type numbers for set keys (what `nft list` shows as the set's `type`).
+/// nft's data type of an IPv4 address key (what `nft list` shows as the set's `type`).
 const TYPE_IPV4_ADDR: u32 = 7;
+/// nft's data type of an IPv6 address key.
 const TYPE_IPV6_ADDR: u32 = 8;
+/// nft's data type of a port key.
 const TYPE_INET_SERVICE: u32 = 13;
 
-/// `IPPROTO_TCP`.
-const TCP: u8 = 6;
-/// The TCP flags a SYN is told apart by (fin, syn, rst, ack), and the value of a SYN.
+/// The layer-4 protocol number of TCP.
+const TCP: u8 = libc::IPPROTO_TCP as u8;
+/// The TCP flags a SYN is told apart by: fin, syn, rst, ack.
 const TCP_FLAGS_MASK: u8 = 0x17;
+/// Those flags in a SYN: syn alone.
 const TCP_SYN: u8 = 0x02;
 
 /// The hooks the table's chains attach to.
@@ -155,16 +158,23 @@ pub const DROP_RULES: [&str; 4] = [
 
 /// What one family's rules need to know.
 struct FamilyParts {
+    /// The address family.
     family: Family,
+    /// Its `meta nfproto` value.
     nfproto: u8,
+    /// Where the source address is in its header.
     saddr_offset: u32,
+    /// nft's data type of its addresses.
     key_type: u32,
+    /// The interval set of its blocked prefixes, and the rule that drops them.
     blocked_set: &'static str,
     blocked_rule: &'static str,
+    /// The dynamic set of its SYN limits, and the rule that keeps and applies them.
     meter_set: &'static str,
     meter_rule: &'static str,
 }
 
+/// IPv4 and IPv6.
 const FAMILIES: [FamilyParts; 2] = [
     FamilyParts {
         family: Family::V4,
@@ -188,11 +198,15 @@ const FAMILIES: [FamilyParts; 2] = [
     },
 ];
 
-/// The set of the notrack ports, and its rules.
+/// The set of the notrack ports.
 const PORTS_SET: &str = "notrack_ports";
+/// The rule for packets to a notrack port.
 const NOTRACK_IN: &str = "notrack-in";
+/// The rule for the local service's packets from a notrack port.
 const NOTRACK_OUT: &str = "notrack-out";
+/// The chain on the prerouting hook.
 const PREROUTING: &str = "prerouting";
+/// The chain on the output hook (only with notrack ports).
 const OUTPUT: &str = "output";
 
 impl FamilyParts {

@@ -42,8 +42,9 @@ pub struct DropCounter {
 const ELEMENTS_PER_MESSAGE: usize = 512;
 /// nfnetlink's `NFNL_SUBSYS_NFTABLES`, the high byte of every nf_tables message type.
 const SUBSYS: u16 = (sys::NFNL_SUBSYS_NFTABLES as u16) << 8;
-/// Size of `struct nlmsghdr` and `struct nfgenmsg`.
+/// Size of `struct nlmsghdr`.
 const NLMSG_HEADER: usize = 16;
+/// Size of `struct nfgenmsg`, the nfnetlink header after it.
 const NFGENMSG: usize = 4;
 /// The comment tag of nftables' table and rule userdata (`NFTNL_UDATA_*_COMMENT`).
 const UDATA_COMMENT: u8 = 0;
@@ -53,8 +54,15 @@ pub fn read() -> io::Result<Observed> {
     match find_table()? {
         None => Ok(Observed::Absent),
         Some(Some(c)) if c == MARK => Ok(observe(&list()?)),
-        Some(Some(c)) => Ok(Observed::Foreign(format!("comment {c:?}"))),
-        Some(None) => Ok(Observed::Foreign("no comment".into())),
+        Some(comment) => Ok(Observed::Foreign(foreign(comment))),
+    }
+}
+
+/// What a table the agent did not make carries instead of the mark.
+fn foreign(comment: Option<String>) -> String {
+    match comment {
+        Some(c) => format!("comment {c:?}"),
+        None => "no comment".into(),
     }
 }
 
@@ -185,15 +193,17 @@ fn find_table() -> io::Result<Option<Option<String>>> {
 
 /// An error when a table of the agent's name exists that the agent did not make.
 fn refuse_foreign() -> io::Result<()> {
-    match read()? {
-        Observed::Foreign(what) => Err(io::Error::new(
+    match find_table()? {
+        None => Ok(()),
+        Some(Some(c)) if c == MARK => Ok(()),
+        Some(comment) => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "table inet {TABLE} exists but hoststack did not make it ({what}); refusing to \
-                 change it"
+                "table inet {TABLE} exists but hoststack did not make it ({}); refusing to \
+                 change it",
+                foreign(comment)
             ),
         )),
-        _ => Ok(()),
     }
 }
 
