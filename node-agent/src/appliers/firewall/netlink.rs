@@ -46,6 +46,9 @@ const SUBSYS: u16 = (sys::NFNL_SUBSYS_NFTABLES as u16) << 8;
 const NLMSG_HEADER: usize = 16;
 /// Size of `struct nfgenmsg`, the nfnetlink header after it.
 const NFGENMSG: usize = 4;
+/// Receive buffer: netlink datagrams from nf_tables (dump parts, acknowledgements) are at most
+/// 32 KiB.
+const RECEIVE_BUFFER: usize = 64 * 1024;
 /// The comment tag of nftables' table and rule userdata (`NFTNL_UDATA_*_COMMENT`).
 const UDATA_COMMENT: u8 = 0;
 
@@ -489,8 +492,10 @@ fn send_all(fd: &OwnedFd, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Receives one datagram; `None` when `nonblocking` and nothing is queued.
+/// A datagram longer than the buffer is an error (`MSG_TRUNC` makes recv report its real
+/// length), never a silently cut message.
 fn receive(fd: &OwnedFd, buf: &mut [u8], nonblocking: bool) -> io::Result<Option<usize>> {
-    let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+    let flags = libc::MSG_TRUNC | if nonblocking { libc::MSG_DONTWAIT } else { 0 };
     // SAFETY: the buffer outlives the call; its length is passed with it.
     let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
     if n < 0 {
@@ -500,7 +505,17 @@ fn receive(fd: &OwnedFd, buf: &mut [u8], nonblocking: bool) -> io::Result<Option
         }
         return Err(e);
     }
-    Ok(Some(n as usize))
+    let n = n as usize;
+    if n > buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "a netlink datagram of {n} bytes does not fit in {}",
+                buf.len()
+            ),
+        ));
+    }
+    Ok(Some(n))
 }
 
 /// The netlink messages in a datagram: type, sequence number, payload after the header.
@@ -547,7 +562,7 @@ fn send_batch(batch: &[u8], what: &[(u32, String)]) -> io::Result<()> {
     send_all(&fd, batch)?;
     let last = what.last().map(|(seq, _)| *seq);
     let mut last_acked = false;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; RECEIVE_BUFFER];
     let mut first_error: Option<io::Error> = None;
     while let Some(n) = receive(&fd, &mut buf, true)? {
         for (kind, seq, payload) in messages(&buf[..n]) {
@@ -587,7 +602,7 @@ fn dump(msg_type: u32, attrs: &[Attr]) -> io::Result<Vec<Vec<u8>>> {
     let flags = sys::NLM_F_REQUEST as u16 | sys::NLM_F_DUMP as u16;
     request[6..8].copy_from_slice(&flags.to_ne_bytes());
     send_all(&fd, &request)?;
-    let mut buf = vec![0u8; 256 * 1024];
+    let mut buf = vec![0u8; RECEIVE_BUFFER];
     let mut out = Vec::new();
     loop {
         let n = receive(&fd, &mut buf, false)?.unwrap_or(0);
