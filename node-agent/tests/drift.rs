@@ -1,8 +1,9 @@
 //! Drift over a fake /proc tree: a setting of the applied revision changed behind the agent's
 //! back is found on the next reconcile, reported as the Drifted condition, and written again
 //! (policy Reapply) or left as it is (policy Report); a revert restores the journal's originals
-//! either way.
+//! either way — also as a property over random drift.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use hoststack_crds::{
     DriftPolicy, ItemResult, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, NodeTuningStatus,
     SysctlValue,
 };
+use proptest::prelude::*;
 
 /// A fake procfs (only `sys/`) and a state dir, both temporary.
 struct FakeHost {
@@ -47,6 +49,16 @@ impl FakeHost {
         let path = self.path(key);
         fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         fs::write(path, format!("{value}\n")).expect("write");
+    }
+
+    /// The files of the BASE sysctls, byte for byte.
+    fn snapshot(&self) -> BTreeMap<String, Vec<u8>> {
+        BASE.iter()
+            .map(|(key, _)| {
+                let bytes = fs::read(self.path(key)).unwrap_or_default();
+                (key.to_string(), bytes)
+            })
+            .collect()
     }
 
     fn get(&self, key: &str) -> String {
@@ -362,4 +374,74 @@ fn a_reapply_the_kernel_refuses_fails_all_or_nothing_until_the_host_matches_agai
     assert!(ran);
     assert_eq!(fixed.state, NodeState::Applied);
     assert_eq!(host.get("net.ipv4.tcp_sack"), "0");
+}
+
+/// The keys random drift changes, and the values it writes (originals, desired and others).
+const DRIFTING: [&str; 2] = ["net.ipv4.tcp_sack", "net.core.somaxconn"];
+const DRIFT_VALUES: [&str; 6] = ["0", "1", "2", "1024", "4096", "8192"];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever drifts: every drifted setting is reported, Report writes nothing, Reapply puts
+    /// back exactly the applied bytes, and the revert afterwards restores the pristine host.
+    #[test]
+    fn whatever_drifts_the_policy_holds_and_a_revert_restores_the_originals(
+        drift in prop::collection::vec(
+            (0..DRIFTING.len(), prop::sample::select(&DRIFT_VALUES[..])),
+            0..5,
+        ),
+        report in any::<bool>(),
+    ) {
+        let host = FakeHost::new(BASE);
+        let pristine = host.snapshot();
+        let mut r = host.reconciler();
+        let policy = if report { DriftPolicy::Report } else { DriftPolicy::Reapply };
+        let desired = node_tuning("r1", R1, Some(policy));
+        let (_, applied) = reconcile(&mut r, &desired);
+        prop_assert_eq!(applied.state, NodeState::Applied);
+        let on_revision = host.snapshot();
+        let journal = host.journal();
+
+        for (key, value) in &drift {
+            host.put(DRIFTING[*key], value);
+        }
+        let drifted_host = host.snapshot();
+        let mut want: Vec<String> = R1
+            .iter()
+            .filter(|(key, value)| DRIFTING.contains(key) && host.get(key) != *value)
+            .map(|(key, _)| key.to_string())
+            .collect();
+        want.sort();
+
+        // What the reconcile finds, before it acts.
+        let next = r.next(&desired).expect("next");
+        let found: Vec<String> = r.drifted().iter().map(|d| d.setting.target.clone()).collect();
+        prop_assert_eq!(&found, &want);
+        let (ran, outcome) = match next {
+            Next::Report(outcome) => (false, outcome),
+            Next::Transaction { .. } => (true, r.transact(&desired)),
+        };
+        let (s, _, message) = drifted_condition(&status_of(&r, &desired, &outcome));
+        let still = report && !want.is_empty();
+        prop_assert_eq!(s == "True", still);
+        for key in &want {
+            prop_assert_eq!(message.contains(&format!("sysctl {key}: desired ")), still);
+        }
+        prop_assert_eq!(outcome.state, NodeState::Applied);
+        prop_assert_eq!(host.journal(), journal);
+        if report || want.is_empty() {
+            prop_assert!(!ran);
+            prop_assert_eq!(host.snapshot(), drifted_host);
+        } else {
+            prop_assert!(ran);
+            prop_assert_eq!(host.snapshot(), on_revision);
+            prop_assert!(r.drifted().is_empty());
+        }
+
+        let (_, reverted) = reconcile(&mut r, &Desired::Withdrawn);
+        prop_assert_eq!(reverted.state, NodeState::Reverted);
+        prop_assert_eq!(host.snapshot(), pristine);
+        prop_assert!(host.journal().is_empty());
+    }
 }
