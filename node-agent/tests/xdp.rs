@@ -48,6 +48,8 @@ struct State {
     maps: BTreeMap<PathBuf, BTreeSet<Prefix>>,
     /// Interfaces removed (their programs went with them).
     removed: BTreeSet<String>,
+    /// The changing calls, in order.
+    ops: Vec<&'static str>,
     next_id: u32,
 }
 
@@ -157,11 +159,35 @@ impl Kernel for FakeKernel {
         );
         s.links.insert(pins.link(), (iface.to_string(), id));
         s.programs.insert(pins.program(), id);
+        s.ops.push("attach");
+        Ok(())
+    }
+
+    fn xdp_replace(&self, pins: &Pins, program: Program) -> io::Result<()> {
+        let mut s = self.state(true);
+        let Some((iface, old)) = s.links.get(&pins.link()).cloned() else {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no pinned link"));
+        };
+        if program == Program::Blocklist {
+            for m in Pins::MAPS {
+                s.maps.entry(pins.map(m)).or_default();
+            }
+        }
+        s.next_id += 1;
+        let id = s.next_id;
+        let hook = s.attached.get_mut(&iface).filter(|p| p.id == old);
+        let hook = hook.ok_or_else(|| io::Error::other("the link is defunct"))?;
+        hook.id = id;
+        hook.name = program.function().to_string();
+        s.links.insert(pins.link(), (iface, id));
+        s.programs.insert(pins.program(), id);
+        s.ops.push("replace");
         Ok(())
     }
 
     fn xdp_detach(&self, pins: &Pins) -> io::Result<()> {
         let mut s = self.state(true);
+        s.ops.push("detach");
         s.programs.remove(&pins.program());
         if let Some((iface, id)) = s.links.remove(&pins.link()) {
             if s.attached.get(&iface).is_some_and(|p| p.id == id) {
@@ -198,6 +224,7 @@ impl Kernel for FakeKernel {
         s.maps.insert(pins.map("blocklist_v4"), v4.collect());
         s.maps.insert(pins.map("blocklist_v6"), v6.collect());
         s.maps.entry(pins.map("drops")).or_default();
+        s.ops.push("set_blocklist");
         Ok(())
     }
 
@@ -206,6 +233,7 @@ impl Kernel for FakeKernel {
         for m in Pins::MAPS {
             s.maps.remove(&pins.map(m));
         }
+        s.ops.push("unpin_blocklist");
         Ok(())
     }
 }
@@ -529,6 +557,44 @@ fn the_pins_of_an_interface_that_went_away_are_removed_by_the_revert() {
     let mut after = node.state();
     after.removed.clear();
     assert_eq!(after.shape(), before.shape(), "no pin left");
+}
+
+#[test]
+fn a_new_program_in_the_same_mode_replaces_the_old_one_through_its_link() {
+    let node = Node::new();
+    assert_eq!(run(&node.transactor(), &full()).state, NodeState::Applied);
+    let ops = node.state().ops.len();
+    // veth2: pass (native) becomes the blocklist (auto admits native): no detach.
+    let r2 = goal(
+        "r2",
+        vec![
+            xdp_entry(
+                "veth1",
+                XdpProgram::Blocklist,
+                XdpMode::Native,
+                &["198.19.30.10/32", "2001:db8::/32"],
+            ),
+            xdp_entry(
+                "veth2",
+                XdpProgram::Blocklist,
+                XdpMode::Auto,
+                &["10.0.0.0/8"],
+            ),
+            xdp_entry(GENERIC_ONLY, XdpProgram::Pass, XdpMode::Auto, &[]),
+        ],
+    );
+    let o = run(&node.transactor(), &r2);
+    assert_eq!(o.state, NodeState::Applied, "{o:?}");
+    assert_eq!(actual(&o, "xdpProgram", "veth2"), "blocklist/native");
+    let s = node.state();
+    assert_eq!(s.ops[ops..], ["set_blocklist", "replace"]);
+    // And back: the list is released first, then the program replaced again.
+    let o = run(&node.transactor(), &full());
+    assert_eq!(o.state, NodeState::Applied, "{o:?}");
+    assert_eq!(
+        node.state().ops[s.ops.len()..],
+        ["unpin_blocklist", "replace"]
+    );
 }
 
 fn killed(f: impl FnOnce()) -> bool {

@@ -15,11 +15,13 @@
 //! blocked source's ping and TCP connect while the allowed one passes; exact per-CPU counters
 //! (20 pings, 20 × 98 bytes) and their /metrics line; `auto` falling back to generic on a
 //! bridge; the bpffs mount; a restart with nothing to do; a new list through the map with the
-//! same program id; a vanished interface's pins removed by the revert; a revert leaving no
-//! program and no pin; a program attached by iproute2 refused and left alone.
+//! same program id; another program in the same mode through the same link; a vanished
+//! interface's pins removed by the revert; a revert leaving no program and no pin; a program
+//! attached by iproute2 refused and left alone.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -355,6 +357,35 @@ fn in_namespaces() {
     assert!(!ping_from(SOURCE_B), "b is blocked now");
     assert!(!connect_from(SOURCE_B, service));
     assert!(connect_from(SOURCE_A, service));
+
+    // Pass instead of the blocklist, same mode: replaced through the same link (its pin is not
+    // made again), the maps unpinned, nobody blocked.
+    let link_pin = || std::fs::metadata(pins.link()).expect("link pin").ino();
+    let pinned = link_pin();
+    let r3 = Goal {
+        target: Some(Applied {
+            tuning: "t".into(),
+            revision: "r3".into(),
+        }),
+        desired: [
+            (
+                Setting::new(Kind::XdpProgram, "xdp0"),
+                "pass/native".to_string(),
+            ),
+            (
+                Setting::new(Kind::XdpProgram, "gen0"),
+                "pass/auto".to_string(),
+            ),
+        ]
+        .into(),
+    };
+    let passing = run(&t, &r3);
+    assert_eq!(passing.state, NodeState::Applied, "{passing:?}");
+    assert_eq!(read(Kind::XdpProgram, "xdp0"), "pass/native");
+    assert_eq!(read(Kind::XdpBlocklist, "xdp0"), "none");
+    assert_eq!(link_pin(), pinned, "the same link");
+    assert_ne!(attached_id("xdp0"), Some(id), "a new program on it");
+    assert!(ping_from(SOURCE_A) && ping_from(SOURCE_B));
 
     // The bridge goes away while tuned: the kernel detaches its program, the pins stay.
     sh(&["ip", "link", "del", "gen0"]);

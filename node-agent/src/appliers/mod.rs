@@ -253,6 +253,12 @@ pub trait Kernel: fmt::Debug + Send + Sync {
         let _ = (iface, pins, program, mode);
         Err(io::ErrorKind::Unsupported.into())
     }
+    /// Replaces hoststack's program attached through the link pinned in `pins` by `program`,
+    /// atomically (`bpf_link_update`), and pins it in place of the old one.
+    fn xdp_replace(&self, pins: &xdp::Pins, program: xdp::Program) -> io::Result<()> {
+        let _ = (pins, program);
+        Err(io::ErrorKind::Unsupported.into())
+    }
     /// Unpins the program and link of `pins`, which detaches the program.
     fn xdp_detach(&self, pins: &xdp::Pins) -> io::Result<()> {
         let _ = pins;
@@ -395,6 +401,10 @@ impl Kernel for RealKernel {
         mode: xdp::AttachMode,
     ) -> io::Result<()> {
         xdp::real::attach(iface, pins, program, mode)
+    }
+
+    fn xdp_replace(&self, pins: &xdp::Pins, program: xdp::Program) -> io::Result<()> {
+        xdp::real::replace(pins, program)
     }
 
     fn xdp_detach(&self, pins: &xdp::Pins) -> io::Result<()> {

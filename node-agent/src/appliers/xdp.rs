@@ -11,9 +11,10 @@
 //!   read from the kernel (netlink `IFLA_XDP`: the attached program's id and mode) and matched
 //!   against hoststack's pinned link. A desired value may say `auto` for the mode: it matches
 //!   either mode, and writing it tries native first, then generic; the value read back says
-//!   which one was used. Writing detaches hoststack's own program first (if any), then loads the
-//!   built-in program (the blocklist one reusing the pinned maps), attaches it through a BPF link
-//!   and pins link and program. A program that hoststack did not attach is never replaced or
+//!   which one was used. Writing another program in the same mode replaces hoststack's program
+//!   atomically through its link (`bpf_link_update`); otherwise writing detaches hoststack's own
+//!   program first (if any), then loads the built-in program (the blocklist one reusing the
+//!   pinned maps), attaches it through a BPF link and pins link and program. A program that hoststack did not attach is never replaced or
 //!   detached: reading such an interface fails with a message naming it.
 //!
 //! The blocklist comes before the program in the apply order, so a blocklist program is
@@ -672,6 +673,9 @@ pub fn write_program(kernel: &dyn Kernel, root: &Path, iface: &str, value: &str)
     if current.same(target) {
         return Ok(());
     }
+    if let Some(program) = replacement(current, target) {
+        return kernel.xdp_replace(&pins, program);
+    }
     if current != ProgramValue::None {
         kernel.xdp_detach(&pins)?;
     }
@@ -700,6 +704,22 @@ pub fn write_program(kernel: &dyn Kernel, root: &Path, iface: &str, value: &str)
             reasons.join("; ")
         ),
     ))
+}
+
+/// The program that replaces hoststack's attached one in place (through its link, atomically:
+/// no packet sees no program) when only the program changes and the mode stays admitted; `None`
+/// when the change needs a detach and a new attach (a new mode, or nothing attached).
+pub fn replacement(current: ProgramValue, target: ProgramValue) -> Option<Program> {
+    match (current, target) {
+        (
+            ProgramValue::Attached {
+                program: from,
+                mode: Mode::Exactly(now),
+            },
+            ProgramValue::Attached { program, mode },
+        ) if from != program && mode.admits(Mode::Exactly(now)) => Some(program),
+        _ => None,
+    }
 }
 
 /// Writes a [`Kind::XdpBlocklist`] setting (see the module doc).
@@ -741,6 +761,7 @@ pub mod real {
     use aya::maps::lpm_trie::{Key, LpmTrie};
     use aya::maps::{Map, MapData, PerCpuArray};
     use aya::programs::links::{FdLink, PinnedLink};
+    use aya::programs::xdp::XdpLink;
     use aya::programs::{loaded_programs, Xdp, XdpMode};
     use aya::EbpfLoader;
 
@@ -909,23 +930,8 @@ pub mod real {
     pub fn attach(iface: &str, pins: &Pins, program: Program, mode: AttachMode) -> io::Result<()> {
         let index = if_index(iface)?;
         prepare(pins)?;
-        let mut loader = EbpfLoader::new();
-        if program == Program::Blocklist {
-            // The pinned maps are reused; missing ones are created (empty) and pinned. That
-            // happens only when an undo re-attaches the program before restoring its list.
-            for name in Pins::MAPS {
-                loader.map_pin_path(name, pins.map(name));
-            }
-        }
-        let mut ebpf = loader
-            .load(program.object())
-            .map_err(|e| error("loading the object", e))?;
-        let xdp: &mut Xdp = ebpf
-            .program_mut(program.function())
-            .ok_or_else(|| io::Error::other(format!("no {} in the object", program.function())))?
-            .try_into()
-            .map_err(|e| error("the program", e))?;
-        xdp.load().map_err(|e| error("loading the program", e))?;
+        let mut ebpf = load(pins, program)?;
+        let xdp = loaded(&mut ebpf, program)?;
         let aya_mode = match mode {
             AttachMode::Native => XdpMode::Driver,
             AttachMode::Generic => XdpMode::Skb,
@@ -945,6 +951,52 @@ pub mod real {
         xdp.pin(pins.program())
             .map_err(|e| error("pinning the program", e))?;
         Ok(())
+    }
+
+    /// Loads a built-in program (the blocklist one with its pinned maps).
+    fn load(pins: &Pins, program: Program) -> io::Result<aya::Ebpf> {
+        let mut loader = EbpfLoader::new();
+        if program == Program::Blocklist {
+            // The pinned maps are reused; missing ones are created (empty) and pinned. That
+            // happens only when an undo re-attaches the program before restoring its list.
+            for name in Pins::MAPS {
+                loader.map_pin_path(name, pins.map(name));
+            }
+        }
+        loader
+            .load(program.object())
+            .map_err(|e| error("loading the object", e))
+    }
+
+    /// The XDP program of a loaded object, loaded into the kernel.
+    fn loaded(ebpf: &mut aya::Ebpf, program: Program) -> io::Result<&mut Xdp> {
+        let xdp: &mut Xdp = ebpf
+            .program_mut(program.function())
+            .ok_or_else(|| io::Error::other(format!("no {} in the object", program.function())))?
+            .try_into()
+            .map_err(|e| error("the program", e))?;
+        xdp.load().map_err(|e| error("loading the program", e))?;
+        Ok(xdp)
+    }
+
+    /// See [`crate::appliers::Kernel::xdp_replace`]: `bpf_link_update` on the pinned link, then
+    /// the new program's pin in place of the old one's.
+    pub fn replace(pins: &Pins, program: Program) -> io::Result<()> {
+        prepare(pins)?;
+        let link =
+            PinnedLink::from_pin(pins.link()).map_err(|e| error("opening the pinned link", e))?;
+        let link = XdpLink::try_from(FdLink::from(link))
+            .map_err(|e| error("the pinned link is not an XDP link", e))?;
+        let mut ebpf = load(pins, program)?;
+        let xdp = loaded(&mut ebpf, program)?;
+        let id = xdp
+            .attach_to_link(link)
+            .map_err(|e| error("replacing the program", e))?;
+        // The link stays pinned: closing this descriptor leaves the new program attached.
+        drop(xdp.take_link(id).map_err(|e| error("taking the link", e))?);
+        remove_pin(&pins.program())?;
+        xdp.pin(pins.program())
+            .map_err(|e| error("pinning the program", e))
     }
 
     /// See [`crate::appliers::Kernel::xdp_detach`]: the program pin first, then the link. The
@@ -1407,6 +1459,28 @@ mod tests {
             "pass/native/x",
         ] {
             assert!(bad.parse::<ProgramValue>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn in_place_replacement() {
+        let v = |text: &str| text.parse::<ProgramValue>().expect("value");
+        let table: &[(&str, &str, Option<Program>)] = &[
+            ("pass/native", "blocklist/auto", Some(Program::Blocklist)),
+            (
+                "pass/generic",
+                "blocklist/generic",
+                Some(Program::Blocklist),
+            ),
+            ("blocklist/native", "pass/native", Some(Program::Pass)),
+            ("blocklist/native", "pass/generic", None),
+            ("pass/native", "pass/auto", None),
+            ("none", "pass/native", None),
+            ("leftover-pins", "pass/native", None),
+            ("pass/native", "none", None),
+        ];
+        for (from, to, want) in table {
+            assert_eq!(replacement(v(from), v(to)), *want, "{from} -> {to}");
         }
     }
 
