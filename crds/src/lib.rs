@@ -33,3 +33,12 @@ pub const AGENT_NODE_LABEL: &str = "hoststack.dev/agent";
 
 /// Label that prefers a node for the canary wave of every rollout (`"true"`).
 pub const CANARY_LABEL: &str = "hoststack.dev/canary";
+
+/// Prefix of the Lease each agent renews in the operator's namespace (`hoststack-agent-<node>`),
+/// so that the operator never rolls a revision onto a node whose agent has gone silent.
+pub const AGENT_LEASE_PREFIX: &str = "hoststack-agent-";
+
+/// The name of `node`'s agent heartbeat Lease.
+pub fn agent_lease_name(node: &str) -> String {
+    format!("{AGENT_LEASE_PREFIX}{node}")
+}

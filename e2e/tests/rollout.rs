@@ -461,9 +461,10 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
 
     // The Rollout dashboard's first panel, as Grafana would evaluate it at the end of the
     // canary's window, splits the retransmit ratio by phase: the canary above the baseline.
-    let dashboard: Value =
-        serde_json::from_str(include_str!("../../charts/hoststack/dashboards/rollout.json"))
-            .unwrap();
+    let dashboard: Value = serde_json::from_str(include_str!(
+        "../../charts/hoststack/dashboards/rollout.json"
+    ))
+    .unwrap();
     let panel = dashboard["panels"]
         .as_array()
         .unwrap()
@@ -490,8 +491,70 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
         .collect();
     eprintln!("retransmit ratio by phase at the canary's window: {by_phase:?}");
     assert!(by_phase["canary"] > 0.02, "{by_phase:?}");
-    assert!(by_phase["baseline"] < by_phase["canary"] / 5.0, "{by_phase:?}");
+    assert!(
+        by_phase["baseline"] < by_phase["canary"] / 5.0,
+        "{by_phase:?}"
+    );
     delete(&lab, "edge");
     drop(prometheus);
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision() {
+    let mut config = LabConfig::with_nodes(5);
+    config.agent_args = vec!["--heartbeat-interval".into(), "1s".into()];
+    let lab = Lab::start(config).expect("lab starts");
+    let rollout = "    canary: 1\n    maxUnavailable: 2\n    pauseAfterCanary: 6s\n";
+    lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], rollout))
+        .expect("accepted");
+    let stable = wait_phase(&lab, "edge", "Complete")["currentRevision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // node-d's agent goes silent: its heartbeat expires after three intervals.
+    lab.kill_agent("node-d", hoststack_e2e::Signal::Kill);
+    std::thread::sleep(Duration::from_secs(5));
+    let next = [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_dsack", "0")];
+    lab.apply_yaml(&tuning("edge", &next, rollout))
+        .expect("accepted");
+    lab.wait_for("the canary's pause", STEP, || {
+        (status(&lab, "edge")["waves"][0]["result"] == "Applied").then_some(())
+    });
+    // A node joins the pool while the canary is paused: it gets the stable revision.
+    lab.label_node("node-e", "pool", Some("edge"));
+    lab.wait_for("node-e to apply the stable revision", STEP, || {
+        let nt = get_json(&lab, &["get", "nodetuning", "node-e"]);
+        (nt["status"]["appliedRevision"] == stable.as_str()).then_some(())
+    });
+    assert_eq!(
+        node_spec(&lab, "node-e"),
+        (stable.clone(), "baseline".into())
+    );
+    assert_eq!(lab.sysctl("node-e", "net.ipv4.tcp_sack"), "0");
+    assert_eq!(lab.sysctl("node-e", "net.ipv4.tcp_dsack"), "1");
+
+    let done = wait_phase(&lab, "edge", "Complete");
+    let current = done["currentRevision"].as_str().unwrap().to_string();
+    let rolled: BTreeSet<String> = waves(&lab, "edge").into_iter().flatten().collect();
+    assert!(
+        !rolled.contains("node-d"),
+        "the silent node is in no wave: {rolled:?}"
+    );
+    assert!(
+        rolled.contains("node-e"),
+        "the joined node took part: {rolled:?}"
+    );
+    assert_eq!(lab.sysctl("node-d", "net.ipv4.tcp_dsack"), "1");
+    // Once the revision is proven everywhere it is the stable one, and the node that comes back
+    // gets it.
+    lab.start_agent("node-d", &[]);
+    lab.wait_for("node-d to catch up", STEP, || {
+        let nt = get_json(&lab, &["get", "nodetuning", "node-d"]);
+        (nt["status"]["appliedRevision"] == current.as_str()).then_some(())
+    });
+    assert_eq!(lab.sysctl("node-d", "net.ipv4.tcp_dsack"), "0");
+    delete(&lab, "edge");
     lab.stop().expect("the lab stops cleanly");
 }

@@ -21,7 +21,8 @@ pub struct Config {
     /// Directory of the journal (journal.json); must survive agent restarts.
     #[arg(long, default_value = "/var/lib/hoststack")]
     pub state_dir: PathBuf,
-    /// How often to reconcile without an event (e.g. 30s, 1m, 500ms).
+    /// How often to reconcile without an event (e.g. 30s, 1m, 500ms). Every reconcile re-reads
+    /// the host, so this is also how often drift is checked.
     #[arg(long, default_value = "30s", value_parser = parse_nonzero_duration)]
     pub resync_interval: Duration,
     /// Pause after each host write (e.g. 200ms); tests use it to interrupt a transaction.
@@ -35,6 +36,12 @@ pub struct Config {
     /// mounts a bpffs at /sys/fs/bpf when the root lies under it and none is mounted there.
     #[arg(long, default_value = crate::appliers::xdp::DEFAULT_BPFFS_ROOT)]
     pub bpffs_root: PathBuf,
+    /// Namespace of the agent's heartbeat Lease (the operator's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "hoststack-system")]
+    pub namespace: String,
+    /// How often the agent renews its heartbeat Lease; it stays valid for three intervals.
+    #[arg(long, default_value = "10s", value_parser = parse_nonzero_duration)]
+    pub heartbeat_interval: Duration,
 }
 
 /// Parses a duration written as number-unit pairs, e.g. `30s`, `1m30s`, `250ms`, `0ms`

@@ -71,6 +71,12 @@ pub async fn run(config: Config) -> Result<()> {
     tracing::info!(?api_server, "the route to this address is never bound away");
     reconciler.set_api_server(api_server);
     let client = Client::try_from(kube_config)?;
+    tokio::spawn(crate::heartbeat::run(
+        client.clone(),
+        config.namespace.clone(),
+        config.node_name.clone(),
+        config.heartbeat_interval,
+    ));
     let api: Api<NodeTuning> = Api::all(client);
     let mut agent = Agent {
         api: api.clone(),

@@ -13,7 +13,8 @@
 //! - [`reconciler::Reconciler`] decides, for one desired state, whether to plan, apply, revert or
 //!   re-report, and remembers failed revisions; [`drift`] finds applied settings that changed
 //!   behind the agent's back; [`health`] measures TCP health samples over the windows the
-//!   operator asks for; [`controller`] connects it all to the API server.
+//!   operator asks for; [`heartbeat`] renews the Lease that tells the operator this agent is
+//!   alive; [`controller`] connects it all to the API server.
 //! - [`journal`] is the crash-safe record of originals and in-flight transactions,
 //!   [`appliers`] reads and writes host settings, [`facts`] describes the host, and [`report`]
 //!   turns outcomes into a `NodeTuningStatus`; [`exporter`] serves `/metrics`.
@@ -30,6 +31,7 @@ pub mod expand;
 pub mod exporter;
 pub mod facts;
 pub mod health;
+pub mod heartbeat;
 pub mod journal;
 pub mod reconciler;
 pub mod report;

@@ -1,15 +1,16 @@
 //! The NetworkTuning controller: Context, reconcile and error_policy.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{future, StreamExt};
 use hoststack_crds::{
     AnalysisStatus, Mode, NetworkTuning, NetworkTuningStatus, NodeConfig, NodeState, NodeTuning,
-    NodeTuningSpec, Phase, RolloutPhase, AGENT_NODE_LABEL, CANARY_LABEL, FINALIZER,
-    OPERATOR_FIELD_MANAGER,
+    NodeTuningSpec, Phase, RolloutPhase, AGENT_LEASE_PREFIX, AGENT_NODE_LABEL, CANARY_LABEL,
+    FINALIZER, OPERATOR_FIELD_MANAGER,
 };
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -47,6 +48,7 @@ pub struct Context {
     nodes: Store<PartialObjectMeta<Node>>,
     node_tunings: Store<NodeTuning>,
     tunings: Store<NetworkTuning>,
+    heartbeats: Store<Lease>,
     recorder: Recorder,
     revert_timeout: Duration,
     metrics: Arc<Metrics>,
@@ -90,9 +92,24 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
+    // The agents' heartbeats are read when a reconcile runs; their renewals trigger nothing.
+    let (heartbeats, hb_writer) = reflector::store();
+    let heartbeat_events = reflector::reflector(
+        hb_writer,
+        watcher(
+            Api::<Lease>::namespaced(client.clone(), namespace),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|_| future::ready(None::<()>));
     // Any change of a node's labels or of an agent's report can change any tuning's outcome
     // (selection, conflicts, status), so it reconciles them all.
-    let triggers = futures::stream::select(node_events.map(|_| ()), nt_events.map(|_| ()));
+    let triggers = futures::stream::select(
+        futures::stream::select(node_events.map(|_| ()), nt_events.map(|_| ())),
+        heartbeat_events,
+    );
 
     let controller = Controller::new(tunings_api, watcher::Config::default());
     let reporter = Reporter {
@@ -105,6 +122,7 @@ pub async fn run(
         nodes,
         node_tunings,
         tunings: controller.store(),
+        heartbeats,
         revert_timeout,
         metrics,
         namespace: namespace.to_string(),
@@ -126,9 +144,10 @@ pub async fn run(
 
 /// Reconciles one tuning, with the finalizer that reverts its nodes on deletion.
 pub async fn reconcile(tuning: Arc<NetworkTuning>, ctx: Arc<Context>) -> Result<Action> {
-    let caches = futures::future::try_join(
+    let caches = futures::future::try_join3(
         ctx.nodes.wait_until_ready(),
         ctx.node_tunings.wait_until_ready(),
+        ctx.heartbeats.wait_until_ready(),
     );
     tokio::time::timeout(CACHE_WAIT, caches)
         .await
@@ -169,6 +188,8 @@ struct Snapshot {
     nodes: Vec<NodeLabels>,
     node_tunings: BTreeMap<String, NodeTuning>,
     assignment: Assignment,
+    /// Nodes whose agent's heartbeat Lease is valid now.
+    alive: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -190,12 +211,33 @@ impl Snapshot {
             .collect();
         let tunings = ctx.tunings.state();
         let assignment = assign(tunings.iter().map(|t| t.as_ref()), &nodes);
+        let now = Timestamp::now();
+        let alive = ctx
+            .heartbeats
+            .state()
+            .iter()
+            .filter_map(|lease| heartbeat_node(lease, now))
+            .collect();
         Self {
             nodes,
             node_tunings,
             assignment,
+            alive,
         }
     }
+}
+
+/// The node whose agent's heartbeat `lease` is, when it is valid at `now`.
+fn heartbeat_node(lease: &Lease, now: Timestamp) -> Option<String> {
+    let node = lease
+        .metadata
+        .name
+        .as_deref()?
+        .strip_prefix(AGENT_LEASE_PREFIX)?;
+    let spec = lease.spec.as_ref()?;
+    let renewed = spec.renew_time.as_ref()?.0;
+    let valid = i64::from(spec.lease_duration_seconds?);
+    (now.as_second() <= renewed.as_second() + valid).then(|| node.to_string())
 }
 
 /// The NodeTuning spec that puts a node on `revision` (with its `config`) of `tuning`; without a
@@ -395,11 +437,13 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
                 .get(node.as_str())
                 .and_then(|l| l.get(CANARY_LABEL))
                 .is_some_and(|v| v == "true"),
-            // An agent that never reported cannot be judged: it is not rolled onto.
-            available: snap
-                .node_tunings
-                .get(node)
-                .is_some_and(|nt| nt.status.is_some()),
+            // An agent that never reported, or whose heartbeat expired, cannot apply or be
+            // judged: it is not rolled onto.
+            available: snap.alive.contains(node)
+                && snap
+                    .node_tunings
+                    .get(node)
+                    .is_some_and(|nt| nt.status.is_some()),
             report: report(node),
         })
         .collect();
@@ -408,31 +452,43 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
         .rollout
         .as_ref()
         .and_then(|r| r.analysis.as_ref());
-    let (verdict, judged) = gate::evaluate(&gate::Input {
-        resolved: &resolved,
-        analysis,
-        progress: &restored,
-        governed: &mine.governed,
-        node_tunings: &snap.node_tunings,
-        promote: tuning
-            .annotations()
-            .get(PROMOTE_ANNOTATION)
-            .map(String::as_str),
-        now: now_secs,
-    })
-    .await;
-    let decision = if views.iter().any(|v| v.available) {
+    // Only a live rollout is judged; a finished one keeps the judgement it ended with.
+    let live = matches!(restored.state, State::Progressing | State::Paused(_));
+    let (verdict, judged) = if live {
+        gate::evaluate(&gate::Input {
+            resolved: &resolved,
+            analysis,
+            progress: &restored,
+            governed: &mine.governed,
+            node_tunings: &snap.node_tunings,
+            promote: tuning
+                .annotations()
+                .get(PROMOTE_ANNOTATION)
+                .map(String::as_str),
+            now: now_secs,
+        })
+        .await
+    } else {
+        (planner::Verdict::Pending, None)
+    };
+    // An agent that is alive but has not reported yet (its node just got a NodeTuning) answers
+    // within moments: wait for it, so that the first wave is picked from every node that can
+    // take part (a labelled canary among them).
+    let discovering = mine.governed.iter().any(|n| {
+        snap.alive.contains(n)
+            && snap
+                .node_tunings
+                .get(n)
+                .is_none_or(|nt| nt.status.is_none())
+    });
+    let decision = if !discovering && views.iter().any(|v| v.available) {
         planner::plan(&resolved.strategy, &restored, &views, &verdict, now_secs)
     } else {
-        // No agent has reported yet (a new tuning, or new nodes): nothing can be judged, so
-        // nothing moves; the nodes get their NodeTuning and the rollout starts once they answer.
+        // Agents still to report (a new tuning, or new nodes): nothing moves; the nodes get
+        // their NodeTuning and the rollout goes on once they answer.
         planner::Decision {
-            revisions: views
-                .iter()
-                .map(|v| (v.name.clone(), restored.stable.clone()))
-                .collect(),
-            progress: restored.clone(),
             requeue_after: Some(JUDGING_POLL.as_secs()),
+            ..planner::hold(&restored, &views)
         }
     };
     let sampling = match resolved.gate {

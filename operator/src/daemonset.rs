@@ -51,7 +51,10 @@ pub fn agent_daemonset(namespace: &str, image: &str) -> DaemonSet {
                             "--sys-root=/host/sys",
                             "--state-dir=/var/lib/hoststack",
                         ],
-                        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                        "env": [
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+                        ],
                         "securityContext": {"privileged": true},
                         "resources": {
                             "requests": {"cpu": "10m", "memory": "32Mi"},

@@ -183,23 +183,37 @@ pub fn plan(
         );
     }
 
-    let updated: BTreeSet<String> = progress.updated().into_iter().map(String::from).collect();
-    let revisions = nodes
+    Decision {
+        revisions: revisions(&progress, nodes),
+        progress,
+        requeue_after,
+    }
+}
+
+/// The rollout held where it is: no step, each node on the revision `previous` gives it. For
+/// when nothing can be judged (no agent has reported yet).
+pub fn hold(previous: &Progress, nodes: &[NodeView]) -> Decision {
+    Decision {
+        revisions: revisions(previous, nodes),
+        progress: previous.clone(),
+        requeue_after: None,
+    }
+}
+
+/// The revision each node runs at `progress`.
+fn revisions(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Option<String>> {
+    let updated = progress.updated();
+    nodes
         .iter()
         .map(|n| {
             let revision = match &progress.state {
                 State::RolledBack(_) => progress.stable.clone(),
-                _ if updated.contains(&n.name) => Some(progress.revision.clone()),
+                _ if updated.contains(n.name.as_str()) => Some(progress.revision.clone()),
                 _ => progress.stable.clone(),
             };
             (n.name.clone(), revision)
         })
-        .collect();
-    Decision {
-        revisions,
-        progress,
-        requeue_after,
-    }
+        .collect()
 }
 
 /// Advances a live rollout by at most one wave.
@@ -368,6 +382,22 @@ mod tests {
                 "{v:?} of {total}"
             );
         }
+    }
+
+    #[test]
+    fn holding_keeps_every_node_where_the_rollout_put_it() {
+        let mut p = Progress::start("r2", Some("r1"));
+        p.waves.push(Wave {
+            nodes: vec!["a".into()],
+            applied_at: None,
+        });
+        let nodes = [node("a", Report::Pending), node("b", Report::Pending)];
+        let d = hold(&p, &nodes);
+        assert_eq!(d.progress, p);
+        assert_eq!(
+            (on(&d, Some("r2")), on(&d, Some("r1"))),
+            (vec!["a".into()], vec!["b".into()])
+        );
     }
 
     #[test]
