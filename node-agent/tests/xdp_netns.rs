@@ -38,7 +38,9 @@ const CHILD: &str = "HOSTSTACK_AGENT_XDP_TEST";
 /// The bpffs root, under /sys/fs/bpf inside the private mount namespace.
 const ROOT: &str = "/sys/fs/bpf/hoststack-test";
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 30, 1);
-const BLOCKED: &str = "198.19.30.10/32";
+/// The first blocklist: source a, and an IPv6 prefix (only as a key of the IPv6 trie: the
+/// test hosts have IPv4 addresses in 198.18.0.0/15 only).
+const BLOCKED: &str = "198.19.30.10/32,2001:db8::/32";
 const ALLOWED: &str = "198.19.30.20/32";
 const SOURCE_A: &str = "hsxdp-a";
 const SOURCE_B: &str = "hsxdp-b";
