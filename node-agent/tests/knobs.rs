@@ -6,7 +6,12 @@
 //!
 //! Laws: apply then revert leaves every file and link byte for byte as it was (also as a
 //! property over random specs); a kill at any write ends, after recovery, fully applied or
-//! fully reverted; refusals (the default-route interface, no vfio-pci) change nothing.
+//! fully reverted, and touches no mount the goal keeps; refusals (the default-route interface,
+//! no vfio-pci) change nothing.
+//!
+//! Mountinfo is compared as the mounts it lists, not as its line order (see
+//! [`mounts_by_mount_point`]): a mount that a transaction took away and its undo put back is a
+//! new mount, which a real kernel lists after every older one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -15,13 +20,13 @@ use std::os::unix::fs::symlink;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use hoststack_agent::appliers::irq::{format_list, parse_list};
 use hoststack_agent::appliers::rps::{cpus_to_mask, mask_cpus};
-use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
-use hoststack_agent::journal::JournalStore;
+use hoststack_agent::appliers::{write_existing, Host, Kernel, Kind, Reading, Roots};
+use hoststack_agent::journal::{Journal, JournalStore};
 use hoststack_agent::reconciler::{Desired, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
@@ -46,6 +51,9 @@ struct FakeKernel {
     /// The agent "dies" (SIGKILL) just before this call to the kernel (1-based; 0: never).
     kill_at: usize,
     calls: AtomicUsize,
+    /// Every directory a hugetlbfs was mounted on or unmounted from, in call order (shared by
+    /// all kernels of one node).
+    mount_calls: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 fn einval() -> io::Error {
@@ -153,6 +161,10 @@ impl Kernel for FakeKernel {
 
     fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()> {
         self.call();
+        self.mount_calls
+            .lock()
+            .expect("log")
+            .push(dir.to_path_buf());
         if !dir.is_dir() {
             return Err(io::Error::from(io::ErrorKind::NotFound));
         }
@@ -167,6 +179,10 @@ impl Kernel for FakeKernel {
 
     fn unmount(&self, dir: &Path) -> io::Result<()> {
         self.call();
+        self.mount_calls
+            .lock()
+            .expect("log")
+            .push(dir.to_path_buf());
         let info = self.proc_.join("self/mountinfo");
         let text = fs::read_to_string(&info)?;
         let mut lines: Vec<&str> = text.lines().collect();
@@ -188,6 +204,8 @@ impl Kernel for FakeKernel {
 struct FakeNode {
     dir: tempfile::TempDir,
     state: tempfile::TempDir,
+    /// The mount points the node's kernels mounted on or unmounted from.
+    mount_calls: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 fn put(path: &Path, content: &str) {
@@ -213,6 +231,7 @@ impl FakeNode {
         let node = FakeNode {
             dir: tempfile::tempdir().expect("tempdir"),
             state: tempfile::tempdir().expect("tempdir"),
+            mount_calls: Arc::default(),
         };
         let (p, s) = (node.proc_(), node.sys());
         put(&s.join("devices/system/cpu/online"), "0-3\n");
@@ -363,6 +382,7 @@ impl FakeNode {
             native,
             kill_at,
             calls: AtomicUsize::new(0),
+            mount_calls: Arc::clone(&self.mount_calls),
         };
         let roots = Roots {
             proc_root: self.proc_(),
@@ -382,7 +402,8 @@ impl FakeNode {
         r
     }
 
-    /// Every regular file (its bytes), link (its target) and directory under the tree.
+    /// Every regular file (its bytes), link (its target) and directory under the tree; the
+    /// mountinfo file as [`mounts_by_mount_point`].
     fn snapshot(&self) -> BTreeMap<PathBuf, String> {
         fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, String>) {
             let mut entries: Vec<PathBuf> = fs::read_dir(dir)
@@ -409,7 +430,37 @@ impl FakeNode {
         }
         let mut out = BTreeMap::new();
         walk(self.dir.path(), &mut out);
+        if let Some(info) = out.get_mut(&self.proc_().join("self/mountinfo")) {
+            *info = mounts_by_mount_point(info);
+        }
         out
+    }
+
+    /// Takes the list of mount points mounted on or unmounted from since the last call.
+    fn take_mount_calls(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *self.mount_calls.lock().expect("log"))
+    }
+
+    /// The host directories of the hugetlbfs mount points whose value before a transaction to
+    /// `goal` already is the goal's (the desired value, or for a managed one the goal releases,
+    /// its original in `journal`): neither that transaction nor the undo of it may mount or
+    /// unmount anything there.
+    fn mounts_the_goal_keeps(&self, goal: &Goal, journal: &Journal) -> BTreeSet<PathBuf> {
+        let host = self.host();
+        let released = journal
+            .originals
+            .iter()
+            .filter(|e| !goal.desired.contains_key(&e.setting()))
+            .map(|e| (e.setting(), e.value.clone()));
+        goal.desired
+            .clone()
+            .into_iter()
+            .chain(released)
+            .filter(|(s, value)| {
+                s.kind == Kind::Hugetlbfs && host.read(s) == Reading::Value(value.clone())
+            })
+            .map(|(s, _)| self.fs().join(s.target.trim_start_matches('/')))
+            .collect()
     }
 
     fn journal_is_empty(&self) -> bool {
@@ -418,6 +469,23 @@ impl FakeNode {
             .expect("journal")
             .is_empty()
     }
+}
+
+/// Mountinfo as the mounts it lists: its lines in a stable order of their mount point (field
+/// 5), so that lines of one mount point keep their order (the last one is the mount on top).
+///
+/// The order of lines across mount points is not host state the agent can keep: the kernel
+/// lists mounts in the order they were made, so a hugetlbfs that a transaction unmounted and
+/// whose undo (after a kill) mounted it again comes after every other mount — checked on this
+/// machine's kernel (6.18) with `unshare -m`: mount A, mount B, umount A, mount A lists B
+/// before A. Keeping the old order would take unmounting every later mount too, needless and,
+/// for a hugetlbfs in use, destructive. That the agent never does such needless work is
+/// checked separately: the kill properties assert it mounts and unmounts nothing where the
+/// goal keeps the mount ([`FakeNode::mounts_the_goal_keeps`]).
+fn mounts_by_mount_point(mountinfo: &str) -> String {
+    let mut lines: Vec<&str> = mountinfo.lines().collect();
+    lines.sort_by_key(|line| line.split(' ').nth(4).unwrap_or(""));
+    lines.iter().map(|line| format!("{line}\n")).collect()
 }
 
 fn node_tuning(config: NodeConfig, mode: Mode) -> NodeTuning {
@@ -840,6 +908,81 @@ fn killed(f: impl FnOnce()) -> bool {
     }
 }
 
+/// The hugetlbfs mount points of a mountinfo, in its line order.
+fn hugetlbfs_mount_points(mountinfo: &str) -> Vec<String> {
+    mountinfo
+        .lines()
+        .filter(|line| line.contains(" - hugetlbfs "))
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter_map(|point| Path::new(point).file_name())
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_kill_after_unmounting_one_of_two_mounts_puts_it_back_and_leaves_the_other_alone() {
+    // The case proptest found (knobs.proptest-regressions): the host has /mnt/huge1g and then
+    // /mnt/huge2m mounted; the next revision keeps only /mnt/huge2m, and the agent dies right
+    // after unmounting /mnt/huge1g (its first write).
+    let node = FakeNode::new();
+    let pristine = node.snapshot();
+    let mut r = node.reconciler();
+    let mount = |size, path: &str| HugepageReservation {
+        size,
+        count: 1,
+        numa_node: None,
+        mount_path: Some(path.into()),
+    };
+    let both = NodeConfig {
+        hugepages: vec![
+            mount(HugepageSize::Size2Mi, "/mnt/huge2m"),
+            mount(HugepageSize::Size1Gi, "/mnt/huge1g"),
+        ],
+        ..NodeConfig::default()
+    };
+    let applied = reconcile(&mut r, &node_tuning(both, Mode::Apply));
+    assert_eq!(applied.state, NodeState::Applied, "{applied:#?}");
+    let info = node.proc_().join("self/mountinfo");
+    assert_eq!(
+        hugetlbfs_mount_points(&node.read(&info)),
+        ["huge1g", "huge2m"]
+    );
+    let before = node.snapshot();
+    let journal = JournalStore::new(node.state.path())
+        .load()
+        .expect("journal");
+
+    let one = NodeConfig {
+        hugepages: vec![mount(HugepageSize::Size2Mi, "/mnt/huge2m")],
+        ..NodeConfig::default()
+    };
+    let desired = Desired::of(Some(&node_tuning(one, Mode::Apply)));
+    let goal = r.expand(&desired).expect("expand").goal;
+    let kept = node.mounts_the_goal_keeps(&goal, &journal);
+    assert_eq!(kept, BTreeSet::from([node.fs().join("mnt/huge2m")]));
+    node.take_mount_calls();
+    let transactor = node.transactor();
+    assert!(killed(|| {
+        let _ = transactor.execute(&goal, &mut kill_after(1));
+    }));
+    assert!(!node.fs().join("mnt/huge1g").exists());
+
+    assert!(node.transactor().recover(&mut || {}).expect("recover"));
+    // /mnt/huge1g went and came back; /mnt/huge2m was never touched.
+    let huge1g = node.fs().join("mnt/huge1g");
+    assert_eq!(node.take_mount_calls(), [huge1g.clone(), huge1g]);
+    assert_eq!(node.snapshot(), before);
+    // The mount made again is listed last, as a kernel lists a new mount.
+    assert_eq!(
+        hugetlbfs_mount_points(&node.read(&info)),
+        ["huge2m", "huge1g"]
+    );
+
+    assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+    assert_eq!(node.snapshot(), pristine);
+    assert!(node.journal_is_empty());
+}
+
 /// A CPU list of the fake machine (non-empty).
 fn cpu_list() -> impl Strategy<Value = String> {
     prop::collection::btree_set(0..CPUS, 1..=CPUS as usize)
@@ -954,12 +1097,16 @@ proptest! {
         let goal: Goal = r.expand(&desired).expect("expand").goal;
         let blocked = !r.expand(&desired).expect("expand").blockers.is_empty();
         if !blocked {
+            let kept = node.mounts_the_goal_keeps(&goal, &journal_before);
+            node.take_mount_calls();
             let transactor = node.transactor();
             killed(|| {
                 let _ = transactor.execute(&goal, &mut kill_after(kill_at));
             });
             // The restarted agent recovers first.
             node.transactor().recover(&mut || {}).expect("recover");
+            let touched = node.take_mount_calls();
+            prop_assert!(touched.iter().all(|dir| !kept.contains(dir)), "{:?} {:?}", touched, kept);
             let journal = JournalStore::new(node.state.path()).load().expect("journal");
             prop_assert!(journal.transaction.is_none());
             if journal == journal_before {
@@ -994,6 +1141,8 @@ proptest! {
         let expanded = r.expand(&Desired::of(Some(&next))).expect("expand");
         if expanded.blockers.is_empty() {
             let goal = expanded.goal;
+            let kept = node.mounts_the_goal_keeps(&goal, &journal_before);
+            node.take_mount_calls();
             let dying = Transactor::new(
                 node.host_killed_at(kill_at),
                 JournalStore::new(node.state.path()),
@@ -1002,6 +1151,8 @@ proptest! {
                 let _ = dying.execute(&goal, &mut || {});
             });
             node.transactor().recover(&mut || {}).expect("recover");
+            let touched = node.take_mount_calls();
+            prop_assert!(touched.iter().all(|dir| !kept.contains(dir)), "{:?} {:?}", touched, kept);
             let journal = JournalStore::new(node.state.path()).load().expect("journal");
             prop_assert!(journal.transaction.is_none());
             if journal == journal_before {
