@@ -259,11 +259,6 @@ impl Prefix {
         self.addr
     }
 
-    /// Its length in bits.
-    pub fn bits(&self) -> u8 {
-        self.len
-    }
-
     fn max_len(&self) -> u8 {
         match self.addr {
             IpAddr::V4(_) => 32,
