@@ -369,11 +369,25 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
+    publish_action(ctx, tuning, type_, reason, "Reconcile", note).await
+}
+
+/// Publishes an event for `action`. Events of the same reason and action are one series (the
+/// recorder counts repeats and keeps the first note), so each wave of each revision gets an
+/// action of its own.
+async fn publish_action(
+    ctx: &Context,
+    tuning: &NetworkTuning,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let event = Event {
         type_,
         reason: reason.into(),
         note: Some(note),
-        action: "Reconcile".into(),
+        action: action.into(),
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&event, &tuning.object_ref(&())).await {
@@ -730,6 +744,7 @@ async fn announce(
             .map(|c| c.message.clone())
             .unwrap_or_default()
     };
+    let revision = status.current_revision.as_deref().unwrap_or_default();
     let same_rollout =
         previous.and_then(|s| s.current_revision.as_ref()) == status.current_revision.as_ref();
     let waves_before = previous
@@ -738,36 +753,38 @@ async fn announce(
     if status.waves.len() > waves_before && status.phase == Some(Phase::Progressing) {
         let wave = &status.waves[status.waves.len() - 1];
         let note = format!(
-            "wave {} of revision {} started on {}",
+            "wave {} of revision {revision} started on {}",
             wave.index,
-            status.current_revision.as_deref().unwrap_or_default(),
             wave.nodes.join(", ")
         );
-        publish(ctx, tuning, EventType::Normal, "WaveStarted", note).await;
+        let action = format!("Rollout/{revision}/wave{}", wave.index);
+        publish_action(ctx, tuning, EventType::Normal, "WaveStarted", &action, note).await;
     }
     let message = status.message.clone().unwrap_or_default();
+    let action = format!("Rollout/{revision}");
     if status.phase != was {
-        match status.phase {
-            Some(Phase::Complete) => {
-                publish(
-                    ctx,
-                    tuning,
-                    EventType::Normal,
-                    "Applied",
-                    message_of("Ready"),
-                )
-                .await
-            }
-            Some(Phase::RolledBack) => {
-                publish(ctx, tuning, EventType::Warning, "RolledBack", message).await
-            }
-            Some(Phase::Failed) => {
-                publish(ctx, tuning, EventType::Warning, "Halted", message).await
-            }
-            Some(Phase::Paused) => publish(ctx, tuning, EventType::Normal, "Paused", message).await,
-            _ => {}
+        let event = match status.phase {
+            Some(Phase::Complete) => Some((EventType::Normal, "Applied", message_of("Ready"))),
+            Some(Phase::RolledBack) => Some((EventType::Warning, "RolledBack", message)),
+            Some(Phase::Failed) => Some((EventType::Warning, "Halted", message)),
+            Some(Phase::Paused) => Some((EventType::Normal, "Paused", message)),
+            _ => None,
+        };
+        if let Some((type_, reason, note)) = event {
+            publish_action(ctx, tuning, type_, reason, &action, note).await;
         }
     }
+    announce_conflict(ctx, tuning, status, had_conflict, message_of).await;
+}
+
+/// The Conflict event, when a conflict appeared.
+async fn announce_conflict(
+    ctx: &Context,
+    tuning: &NetworkTuning,
+    status: &NetworkTuningStatus,
+    had_conflict: bool,
+    message_of: impl Fn(&str) -> String,
+) {
     if !status.conflicts.is_empty() && !had_conflict {
         publish(
             ctx,

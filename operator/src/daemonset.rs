@@ -63,13 +63,17 @@ pub fn agent_daemonset(namespace: &str, image: &str) -> DaemonSet {
                         "volumeMounts": [
                             {"name": "host-proc", "mountPath": "/host/proc"},
                             {"name": "host-sys", "mountPath": "/host/sys"},
-                            {"name": "state", "mountPath": "/var/lib/hoststack"}
+                            {"name": "state", "mountPath": "/var/lib/hoststack"},
+                            // XDP pins must outlive the pod, so that a restarted agent finds
+                            // its programs still attached: the host's bpffs, shared both ways.
+                            {"name": "bpffs", "mountPath": "/sys/fs/bpf", "mountPropagation": "Bidirectional"}
                         ]
                     }],
                     "volumes": [
                         {"name": "host-proc", "hostPath": {"path": "/proc", "type": "Directory"}},
                         {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
-                        {"name": "state", "hostPath": {"path": "/var/lib/hoststack", "type": "DirectoryOrCreate"}}
+                        {"name": "state", "hostPath": {"path": "/var/lib/hoststack", "type": "DirectoryOrCreate"}},
+                        {"name": "bpffs", "hostPath": {"path": "/sys/fs/bpf", "type": "DirectoryOrCreate"}}
                     ]
                 }
             }
