@@ -768,6 +768,54 @@ pub(crate) mod tests {
         }
     }
 
+    /// Random rulesets: IPv4 prefixes in 10.0.0.0/16 and IPv6 ones in 2001:db8::/112 (small
+    /// ranges, so that they nest, touch and overlap), a limit or none, a few ports.
+    fn rulesets() -> impl proptest::strategy::Strategy<Value = Ruleset> {
+        use proptest::prelude::*;
+        let v4 = (any::<u16>(), 16u32..=32).prop_map(|(host, len)| {
+            let p = Prefix {
+                family: Family::V4,
+                start: (10 << 24) | u128::from(host),
+                len,
+            };
+            Prefix {
+                start: p.start & !(p.end() - p.start),
+                ..p
+            }
+        });
+        let v6 = (any::<u16>(), 112u32..=128).prop_map(|(host, len)| {
+            let p = Prefix {
+                family: Family::V6,
+                start: (0x2001_0db8u128 << 96) | u128::from(host),
+                len,
+            };
+            Prefix {
+                start: p.start & !(p.end() - p.start),
+                ..p
+            }
+        });
+        let limit = proptest::option::of((1u32..=1_000_000, 1u32..=1_000_000));
+        let ports = proptest::collection::btree_set(1u16.., 0..4);
+        (
+            proptest::collection::vec(prop_oneof![v4, v6], 0..12),
+            limit,
+            ports,
+        )
+            .prop_map(|(prefixes, limit, ports)| Ruleset {
+                blocked: super::super::ruleset::canonical(&prefixes),
+                syn_limit: limit.map(|(per_second, burst)| SynLimit { per_second, burst }),
+                notrack_ports: ports.into_iter().collect(),
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_ruleset_reads_back_from_its_table_and_its_description(r in rulesets()) {
+            proptest::prop_assert_eq!(observe(&listed(&layout(&r))), Observed::Ours(r.clone()));
+            proptest::prop_assert_eq!(Ruleset::parse(&r.render()), Ok(r));
+        }
+    }
+
     #[test]
     fn changes_behind_the_agents_back_are_seen() {
         let r = ruleset(&["10.0.0.0/8"], Some((10, 5)), &[80]);

@@ -531,6 +531,38 @@ mod tests {
         assert!(!all.contains("10.0.0.1".parse().unwrap()));
     }
 
+    proptest::proptest! {
+        /// The canonical prefixes cover exactly the addresses the given ones cover, ascending
+        /// and disjoint, and canonical is idempotent.
+        #[test]
+        fn canonical_prefixes_cover_the_same_addresses(
+            given in proptest::collection::vec((0u32..256, 24u32..=32), 0..10),
+            probes in proptest::collection::vec(0u32..256, 32),
+        ) {
+            let base = u128::from(u32::from(Ipv4Addr::new(198, 19, 20, 0)));
+            let prefixes: Vec<Prefix> = given
+                .iter()
+                .map(|(host, len)| {
+                    let p = Prefix { family: Family::V4, start: base + u128::from(*host), len: *len };
+                    Prefix { start: p.start & !(p.end() - p.start), ..p }
+                })
+                .collect();
+            let c = canonical(&prefixes);
+            for probe in probes {
+                let addr = IpAddr::V4(Ipv4Addr::from((base as u32) + probe));
+                proptest::prop_assert_eq!(
+                    prefixes.iter().any(|p| p.contains(addr)),
+                    c.iter().any(|p| p.contains(addr)),
+                    "{}", addr
+                );
+            }
+            for w in c.windows(2) {
+                proptest::prop_assert!(w[0].end() < w[1].start);
+            }
+            proptest::prop_assert_eq!(canonical(&c), c);
+        }
+    }
+
     #[test]
     fn ranges_are_covered_by_the_fewest_prefixes() {
         let v4 = |a: [u8; 4]| u128::from(u32::from(Ipv4Addr::from(a)));
