@@ -103,6 +103,10 @@ pub struct HealthSample {
     pub end: String,
     /// Length of the window in milliseconds.
     pub duration_ms: u64,
+    /// The host stayed on one revision (no transaction ran) and no counter was reset during
+    /// the whole window: only a steady sample is judged.
+    #[serde(default)]
+    pub steady: bool,
     /// Δ Tcp OutSegs: segments sent.
     pub out_segs: u64,
     /// Δ Tcp RetransSegs: segments retransmitted.

@@ -168,6 +168,7 @@ fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
     eprintln!("sample: {sample}");
     assert!(number(&sample["outSegs"]) > number(&sample["retransSegs"]));
     assert_eq!(sample["revision"], "r1");
+    assert_eq!(sample["steady"], true, "{sample}");
     assert!(number(&sample["durationMs"]) >= 2000, "{sample}");
     let ratio: f64 = sample["retransmitRatio"]
         .as_str()

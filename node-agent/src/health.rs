@@ -114,10 +114,12 @@ pub struct Measured {
 /// Deltas are end minus start. Rates are per segment sent: the retransmit ratio
 /// ΔRetransSegs/ΔOutSegs, and SACK recoveries and D-SACKs per thousand segments sent, as
 /// decimals with six places; absent when ΔOutSegs is 0. A counter that went backwards is a reset,
-/// never wrapped: see [`Measured::went_backwards`].
+/// never wrapped: see [`Measured::went_backwards`]. The sample is steady when `steady` says the
+/// host stayed on one revision and no counter went backwards.
 pub fn measure(
     request_id: &str,
     revision: Option<&str>,
+    steady: bool,
     start: &Snapshot,
     end: &Snapshot,
 ) -> Measured {
@@ -144,6 +146,7 @@ pub fn measure(
             start: rfc3339(start.wall),
             end: rfc3339(end.wall),
             duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            steady: steady && went_backwards.is_empty(),
             out_segs,
             retrans_segs,
             sack_recoveries,
@@ -324,6 +327,7 @@ impl Sampler {
         let measured = measure(
             &window.request.id,
             revision.filter(|_| steady),
+            steady,
             &start,
             &end,
         );
@@ -400,6 +404,7 @@ IpExt: 0 123456\n";
             start: "2027-01-15T08:00:00Z".into(),
             end: "2027-01-15T08:00:02Z".into(),
             duration_ms: 2000,
+            steady: true,
             out_segs: d[0],
             retrans_segs: d[1],
             sack_recoveries: d[2],
@@ -494,10 +499,15 @@ IpExt: 0 123456\n";
             let got = measure(
                 "h1",
                 case.revision,
+                true,
                 &snap(case.start, 0),
                 &snap(case.end, 2),
             );
-            assert_eq!(got.sample, case.want, "{}", case.name);
+            let want = HealthSample {
+                steady: case.backwards.is_empty(),
+                ..case.want
+            };
+            assert_eq!(got.sample, want, "{}", case.name);
             assert_eq!(got.went_backwards, case.backwards, "{}", case.name);
         }
     }
@@ -684,7 +694,7 @@ IpExt: 0 123456\n";
 
     #[test]
     fn a_restart_keeps_the_previous_sample_while_asked() {
-        let previous = measure("h1", Some("r1"), &snap([0; 6], 0), &snap([1; 6], 2)).sample;
+        let previous = measure("h1", Some("r1"), true, &snap([0; 6], 0), &snap([1; 6], 2)).sample;
         let mut s = Sampler::new();
         s.resume(Some(&previous));
         s.update(Some(&request("h1", "2s")), Some("r1"), ok(snap([0; 6], 10)))

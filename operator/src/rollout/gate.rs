@@ -168,7 +168,8 @@ async fn analyse(
     (verdict, Some(shown))
 }
 
-/// A node's health sample, when it answers request `id` and was taken on `revision`.
+/// A node's health sample, when it answers request `id`, was taken on `revision` and is steady
+/// (no transaction ran and no counter was reset during its window).
 fn sample<'a>(
     node_tunings: &'a BTreeMap<String, NodeTuning>,
     node: &'a str,
@@ -179,7 +180,7 @@ fn sample<'a>(
         .get(node)
         .and_then(|nt| nt.status.as_ref())
         .and_then(|s| s.health.as_ref())
-        .filter(|h| h.request_id == id && h.revision.as_deref() == revision);
+        .filter(|h| h.steady && h.request_id == id && h.revision.as_deref() == revision);
     (node, health)
 }
 
@@ -229,6 +230,7 @@ mod tests {
                 request_id: "r2-wave0".into(),
                 revision: Some(revision.into()),
                 duration_ms: 5000,
+                steady: true,
                 out_segs: out,
                 retrans_segs: retrans,
                 ..HealthSample::default()
