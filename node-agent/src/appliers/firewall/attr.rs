@@ -157,6 +157,20 @@ mod tests {
         assert_eq!(find(&inner, 2), Some(&[0xaa][..]));
     }
 
+    proptest::proptest! {
+        /// Parsing never panics, and what parses re-encodes to the same attributes.
+        #[test]
+        fn parsing_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            if let Some(attrs) = parse(&bytes) {
+                for (kind, payload) in attrs {
+                    let _ = parse(payload);
+                    let again = encode_all(&[Attr::Bytes(kind, payload.to_vec())]);
+                    proptest::prop_assert_eq!(parse(&again), Some(vec![(kind, payload)]));
+                }
+            }
+        }
+    }
+
     #[test]
     fn malformed_buffers_do_not_parse() {
         for bad in [&[1u8][..], &[3, 0, 1, 0], &[9, 0, 1, 0, 1, 2, 3, 4]] {

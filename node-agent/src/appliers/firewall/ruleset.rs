@@ -532,6 +532,14 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Parsing a description never panics, and what parses renders back to itself.
+        #[test]
+        fn parsing_arbitrary_descriptions_never_panics(text in "(blocked|syn-limit|notrack|none|[0-9./:;a-f ]){0,12}") {
+            if let Ok(r) = Ruleset::parse(&text) {
+                proptest::prop_assert_eq!(Ruleset::parse(&r.render()), Ok(r));
+            }
+        }
+
         /// The canonical prefixes cover exactly the addresses the given ones cover, ascending
         /// and disjoint, and canonical is idempotent.
         #[test]
