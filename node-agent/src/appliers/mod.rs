@@ -3,10 +3,11 @@
 //!
 //! Every setting is a [`Setting`] (a [`Kind`] and a target within it) whose value is a string,
 //! so the journal, the plan and the undo treat all kinds alike. The kinds are declared in the
-//! agent's apply order (hugepages, sysctls, NIC, IRQ affinity, RPS/XPS, nftables, XDP, DPDK binding): the plan sets
-//! settings in [`Setting`] order, and a revert restores them in reverse.
+//! agent's apply order (hugepages, sysctls, NIC, IRQ affinity, RPS/XPS, nftables, XDP, DPDK
+//! binding): the plan sets settings in [`Setting`] order, and a revert restores them in reverse.
 //!
-//! Reads go straight to the files under the configured roots; every change goes through a
+//! Reads of files go straight to the files under the configured roots, reads over netlink or
+//! bpf (NIC, nftables, XDP) go through the [`Kernel`], and every change goes through the
 //! [`Kernel`], so that tests can put a fake kernel (one that behaves like sysfs: rounds,
 //! refuses, rebinds) behind a fake tree.
 
