@@ -37,6 +37,12 @@ use crate::node_config::NodeConfig;
         description = "Revision asked for"
     ),
     printcolumn(
+        name = "Rollout",
+        type_ = "string",
+        json_path = ".spec.rolloutPhase",
+        description = "The node's part in the rollout: canary, wave, stable or baseline"
+    ),
+    printcolumn(
         name = "State",
         type_ = "string",
         json_path = ".status.state",
