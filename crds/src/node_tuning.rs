@@ -306,6 +306,14 @@ pub struct HostFacts {
     /// Whether the vfio-pci driver is available.
     #[serde(default)]
     pub vfio_available: bool,
+    /// Whether the kernel describes its own types in BTF (/sys/kernel/btf/vmlinux): BPF programs
+    /// with CO-RE relocations need it; hoststack's XDP programs do not.
+    #[serde(default)]
+    pub btf_available: bool,
+    /// Whether BPF programs are JIT-compiled (net.core.bpf_jit_enable is 1 or 2); without it XDP
+    /// runs interpreted, far slower.
+    #[serde(default)]
+    pub bpf_jit_enabled: bool,
 }
 
 /// One network interface.

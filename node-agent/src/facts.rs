@@ -24,6 +24,9 @@ pub fn collect(proc_root: &Path, sys_root: &Path) -> HostFacts {
         interfaces: interfaces(sys_root),
         vfio_available: sys_root.join("bus/pci/drivers/vfio-pci").exists()
             || sys_root.join("module/vfio_pci").exists(),
+        btf_available: sys_root.join("kernel/btf/vmlinux").exists(),
+        bpf_jit_enabled: read_trimmed(&proc_root.join("sys/net/core/bpf_jit_enable"))
+            .is_some_and(|v| v == "1" || v == "2"),
     }
 }
 
@@ -190,6 +193,8 @@ mod tests {
         fs::create_dir_all(sys.join("kernel/mm/hugepages/hugepages-1048576kB")).expect("mkdir");
         fs::create_dir_all(sys.join("kernel/mm/hugepages/hugepages-2048kB")).expect("mkdir");
         fs::create_dir_all(sys.join("bus/pci/drivers/vfio-pci")).expect("mkdir");
+        put(&sys.join("kernel/btf/vmlinux"), "");
+        put(&proc_root.join("sys/net/core/bpf_jit_enable"), "1\n");
         // eth0: a virtio NIC below PCI function 0000:00:03.0, 2 queues each way.
         let pci = sys.join("devices/pci0000:00/0000:00:03.0");
         fs::create_dir_all(pci.join("virtio0")).expect("mkdir");
@@ -218,6 +223,7 @@ mod tests {
         assert_eq!(facts.numa_nodes, vec![0]);
         assert_eq!(facts.hugepage_sizes, vec!["2Mi", "1Gi"]);
         assert!(facts.vfio_available);
+        assert!(facts.btf_available && facts.bpf_jit_enabled);
         assert_eq!(
             facts.interfaces,
             vec![
@@ -249,6 +255,7 @@ mod tests {
         assert_eq!(facts.numa_nodes, vec![0]);
         assert!(facts.interfaces.is_empty());
         assert!(!facts.vfio_available);
+        assert!(!facts.btf_available && !facts.bpf_jit_enabled);
     }
 
     #[test]

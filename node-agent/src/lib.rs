@@ -1,8 +1,9 @@
 //! hoststack-agent: the per-node daemon that applies its node's `NodeTuning` to the host.
 //!
 //! The agent watches only its own NodeTuning. For each desired state it runs one journaled,
-//! all-or-nothing transaction over the host settings (hugepages, hugetlbfs mounts, sysctls, IRQ
-//! affinity, RPS/XPS, DPDK binding), verifies every write by reading it back, and reports
+//! all-or-nothing transaction over the host settings (hugepages, hugetlbfs mounts, sysctls, NIC
+//! channels/offloads/rings/MTU, IRQ affinity, RPS/XPS, its nftables table, XDP programs, DPDK
+//! binding), verifies every write by reading it back, and reports
 //! per-item results, conditions and host facts in the NodeTuning's status. Withdrawing the spec
 //! restores every original value from the journal.
 //!
