@@ -1,0 +1,262 @@
+//! Each command as a thin shell: read from the cluster, decide with the pure modules
+//! ([`render`](crate::render), [`steer`](crate::steer), [`undo`](crate::undo)), write, and say
+//! what was done.
+
+use std::io::{IsTerminal, Write};
+
+use futures::StreamExt;
+use hoststack_crds::{NetworkTuning, NodeTuning, Phase};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::cli::{Cli, Command, Get, Output, Promote, Target, Undo};
+use crate::cluster;
+use crate::error::{Error, Result};
+use crate::render::{render, Colour};
+use crate::steer;
+use crate::undo;
+
+/// Runs the parsed command line, printing to stdout.
+pub async fn run(cli: Cli) -> Result<()> {
+    let client = cluster::connect(&cli.connection).await?;
+    match cli.command {
+        Command::Get(args) => get(&client, &args).await,
+        Command::Promote(args) => promote(&client, &args).await,
+        Command::Pause(t) => set_paused(&client, &t, true).await,
+        Command::Resume(t) => set_paused(&client, &t, false).await,
+        Command::Abort(t) => abort(&client, &t).await,
+        Command::Undo(args) => undo(&client, &args).await,
+    }
+}
+
+fn say(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|_| out.flush())
+        .map_err(|e| Error::Output(e.to_string()))
+}
+
+/// Colour when stdout is a terminal and NO_COLOR is unset or empty (https://no-color.org).
+fn colour() -> Colour {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    if std::io::stdout().is_terminal() && !no_color {
+        Colour::Ansi
+    } else {
+        Colour::Plain
+    }
+}
+
+/// The tuning and its nodes as text in the asked format.
+fn show(tuning: &NetworkTuning, nodes: &[NodeTuning], output: Option<Output>) -> Result<String> {
+    let list = || {
+        let mut items = vec![json!(tuning)];
+        items.extend(nodes.iter().map(|n| json!(n)));
+        json!({"apiVersion": "v1", "kind": "List", "items": items})
+    };
+    match output {
+        None => Ok(render(tuning, nodes, colour())),
+        Some(Output::Json) => serde_json::to_string_pretty(&list())
+            .map(|s| s + "\n")
+            .map_err(|e| Error::Output(e.to_string())),
+        Some(Output::Yaml) => serde_yaml::to_string(&list())
+            .map(|s| format!("---\n{s}"))
+            .map_err(|e| Error::Output(e.to_string())),
+    }
+}
+
+async fn snapshot(client: &Client, name: &str) -> Result<(NetworkTuning, Vec<NodeTuning>)> {
+    let tuning = cluster::tuning(client, name).await?;
+    let nodes = cluster::node_tunings(client, &tuning).await?;
+    Ok((tuning, nodes))
+}
+
+async fn get(client: &Client, args: &Get) -> Result<()> {
+    let (tuning, nodes) = snapshot(client, &args.tuning).await?;
+    let mut shown = show(&tuning, &nodes, args.output)?;
+    say(&shown)?;
+    if !args.watch {
+        return Ok(());
+    }
+    let redraw = args.output.is_none() && std::io::stdout().is_terminal();
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", args.tuning));
+    let tunings = watcher(Api::<NetworkTuning>::all(client.clone()), by_name)
+        .default_backoff()
+        .map(|e| e.map(drop));
+    let node_tunings = watcher(
+        Api::<NodeTuning>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map(|e| e.map(drop));
+    let mut changes = std::pin::pin!(futures::stream::select(tunings, node_tunings));
+    while let Some(change) = changes.next().await {
+        if let Err(e) = change {
+            return Err(Error::Unreachable(format!("watching {}: {e}", args.tuning)));
+        }
+        let (tuning, nodes) = snapshot(client, &args.tuning).await?;
+        let now = show(&tuning, &nodes, args.output)?;
+        if now == shown {
+            continue;
+        }
+        if redraw {
+            say("\x1b[2J\x1b[H")?;
+        } else if args.output.is_none() {
+            say("\n")?;
+        }
+        say(&now)?;
+        shown = now;
+    }
+    Ok(())
+}
+
+fn wave_nodes(tuning: &NetworkTuning, index: u32) -> String {
+    tuning
+        .status
+        .as_ref()
+        .and_then(|s| s.waves.iter().find(|w| w.index == index))
+        .map(|w| w.nodes.join(", "))
+        .unwrap_or_default()
+}
+
+fn revision(tuning: &NetworkTuning, stable: bool) -> String {
+    tuning
+        .status
+        .as_ref()
+        .and_then(|s| {
+            if stable {
+                s.stable_revision.clone()
+            } else {
+                s.current_revision.clone()
+            }
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+async fn promote(client: &Client, args: &Promote) -> Result<()> {
+    let tuning = cluster::tuning(client, &args.tuning).await?;
+    let index = steer::wave_to_promote(&tuning, args.wave)?;
+    cluster::patch_tuning(
+        client,
+        &args.tuning,
+        &steer::promote_patch(index),
+        "promotion",
+    )
+    .await?;
+    let what = if index == 0 { "canary" } else { "wave" };
+    let mut text = format!(
+        "NetworkTuning {}: promoted {what} {index} ({}) of revision {} ({}={index})\n",
+        args.tuning,
+        wave_nodes(&tuning, index),
+        revision(&tuning, false),
+        steer::PROMOTE_ANNOTATION,
+    );
+    if steer::is_paused(&tuning) {
+        text.push_str("note: spec.rollout.paused is set; the next wave starts after `resume`\n");
+    }
+    say(&text)
+}
+
+async fn set_paused(client: &Client, target: &Target, paused: bool) -> Result<()> {
+    let name = &target.tuning;
+    let tuning = cluster::tuning(client, name).await?;
+    let word = if paused { "paused" } else { "resumed" };
+    if steer::is_paused(&tuning) == paused {
+        let already = if paused { "paused" } else { "not paused" };
+        return say(&format!(
+            "NetworkTuning {name}: already {already}; nothing changed\n"
+        ));
+    }
+    let phase = tuning.status.as_ref().and_then(|s| s.phase);
+    cluster::patch_tuning(
+        client,
+        name,
+        &steer::paused_patch(paused),
+        if paused { "pausing" } else { "resuming" },
+    )
+    .await?;
+    let mut text = format!("NetworkTuning {name}: {word} (spec.rollout.paused={paused})\n");
+    if matches!(phase, Some(Phase::RolledBack | Phase::Failed)) {
+        text.push_str(&format!(
+            "note: the rollout of revision {} had ended ({}); this spec change starts it again\n",
+            revision(&tuning, false),
+            phase.unwrap_or_default()
+        ));
+    }
+    say(&text)
+}
+
+async fn abort(client: &Client, target: &Target) -> Result<()> {
+    let name = &target.tuning;
+    let tuning = cluster::tuning(client, name).await?;
+    let aborted = steer::revision_to_abort(&tuning)?;
+    cluster::patch_tuning(client, name, &steer::abort_patch(&aborted), "abort").await?;
+    let updated: Vec<String> = tuning
+        .status
+        .iter()
+        .flat_map(|s| s.waves.iter().flat_map(|w| w.nodes.iter().cloned()))
+        .collect();
+    let updated = if updated.is_empty() {
+        "none yet".to_string()
+    } else {
+        updated.join(", ")
+    };
+    say(&format!(
+        "NetworkTuning {name}: rollout of revision {aborted} aborted ({}={aborted}); the operator returns its updated nodes ({updated}) to the stable revision {}\n",
+        steer::ABORT_ANNOTATION,
+        revision(&tuning, true),
+    ))
+}
+
+async fn undo(client: &Client, args: &Undo) -> Result<()> {
+    let name = &args.tuning;
+    let tuning = cluster::tuning(client, name).await?;
+    let current = tuning.spec.config.revision();
+    let history = cluster::history(client, &args.namespace, name).await?;
+    let back = undo::pick(name, &history, &current, args.to_revision.as_deref())?;
+    if back.revision == current {
+        return say(&format!(
+            "NetworkTuning {name}: the spec is already revision {current}; nothing changed\n"
+        ));
+    }
+    let from =
+        serde_json::to_value(&tuning.spec.config).map_err(|e| Error::Output(e.to_string()))?;
+    let mut patch = json!({"spec": undo::merge_patch(&from, &back.config)});
+    // Refused (409) if someone changed the tuning since it was read.
+    patch["metadata"] = json!({"resourceVersion": tuning.resource_version()});
+    let patched = cluster::patch_tuning(client, name, &patch, "undo").await?;
+    let now = patched.spec.config.revision();
+    let mut text = format!(
+        "NetworkTuning {name}: spec set back from revision {current} to revision {} (#{} in {}/{}-{}); the operator rolls it out like any change\n",
+        back.revision, back.sequence, args.namespace, name, back.revision
+    );
+    if now != back.revision {
+        text.push_str(&format!(
+            "note: the spec now hashes to {now}, not {}: the recorded config reads differently today\n",
+            back.revision
+        ));
+    }
+    say(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hoststack_crds::{NetworkTuningSpec, NodeTuningSpec};
+    use serde_json::Value;
+
+    #[test]
+    fn json_and_yaml_print_a_list_of_the_tuning_then_its_nodes() {
+        let t = NetworkTuning::new("edge", NetworkTuningSpec::default());
+        let n = NodeTuning::new("node-a", NodeTuningSpec::default());
+        let text = show(&t, std::slice::from_ref(&n), Some(Output::Json)).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["kind"], "List");
+        assert_eq!(v["items"][0]["kind"], "NetworkTuning");
+        assert_eq!(v["items"][1]["metadata"]["name"], "node-a");
+        let text = show(&t, &[n], Some(Output::Yaml)).unwrap();
+        assert!(text.starts_with("---\napiVersion: v1\n"), "{text}");
+        let v: Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(v["items"][0]["metadata"]["name"], "edge");
+    }
+}

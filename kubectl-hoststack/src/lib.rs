@@ -1,0 +1,15 @@
+//! `kubectl hoststack`: see and steer a NetworkTuning's rollout from the terminal.
+//!
+//! - [`render`]: the pure picture of a rollout (waves → nodes → host settings, with analysis).
+//! - [`steer`]: what promote, pause, resume and abort write.
+//! - [`undo`]: which recorded revision undo goes back to, and the patch that does it.
+//! - [`cluster`]: the I/O with the API server; [`commands`]: each command as a thin shell.
+//! - [`cli`]: the command line; [`error`]: errors and exit codes.
+
+pub mod cli;
+pub mod cluster;
+pub mod commands;
+pub mod error;
+pub mod render;
+pub mod steer;
+pub mod undo;
