@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::daemonset::needs_agent;
 use crate::metrics::Metrics;
-use crate::rollout::gate::{self, PROMOTE_ANNOTATION};
+use crate::rollout::gate::{self, ABORT_ANNOTATION, PROMOTE_ANNOTATION};
 use crate::rollout::nodes::{self, NodePlan};
 use crate::rollout::planner::{self, NodeView, Report, State};
 use crate::rollout::strategy::{self, Gate};
@@ -495,7 +495,14 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
                 .get(n)
                 .is_none_or(|nt| nt.status.is_none())
     });
-    let decision = if !discovering && views.iter().any(|v| v.available) {
+    let abort = tuning
+        .annotations()
+        .get(ABORT_ANNOTATION)
+        .map(String::as_str);
+    let decision = if let Some(back) = gate::aborted(&restored, abort) {
+        // Rolled back by hand: every node to the stable revision at once.
+        planner::hold(&back, &views)
+    } else if !discovering && views.iter().any(|v| v.available) {
         planner::plan(&resolved.strategy, &restored, &views, &verdict, now_secs)
     } else {
         // Agents still to report (a new tuning, or new nodes): nothing moves; the nodes get

@@ -9,13 +9,17 @@ use hoststack_crds::{Analysis, AnalysisStatus, MetricResult, NodeTuning};
 
 use super::analysis::{self, combine, Measurement, NodeSample};
 use super::nodes::request_id;
-use super::planner::{Progress, Verdict};
+use super::planner::{Progress, State, Verdict};
 use super::prometheus;
 use super::strategy::{Gate, Resolved};
 
 /// The annotation that promotes a wave by hand: its value is the index of the wave (0 is the
 /// canary), so that a stale annotation never promotes a later wave.
 pub const PROMOTE_ANNOTATION: &str = "hoststack.dev/promote";
+/// The annotation that aborts a rollout by hand: its value is the revision whose rollout rolls
+/// back at once (`kubectl hoststack abort`), so that a stale annotation never aborts the next
+/// revision.
+pub const ABORT_ANNOTATION: &str = "hoststack.dev/abort";
 /// Extra time, beyond two windows, for samples to arrive before a missing one is inconclusive.
 const SAMPLE_GRACE: Duration = Duration::from_secs(30);
 
@@ -64,6 +68,19 @@ pub async fn evaluate(input: &Input<'_>) -> (Verdict, Option<AnalysisStatus>) {
         }
         Gate::Analysis => analyse(input, applied_at, index).await,
     }
+}
+
+/// The rollout rolled back by hand: `progress` as RolledBack when the abort annotation names
+/// its revision and it is still live (progressing or paused); `None` otherwise.
+pub fn aborted(progress: &Progress, abort: Option<&str>) -> Option<Progress> {
+    let live = matches!(progress.state, State::Progressing | State::Paused(_));
+    (live && abort == Some(progress.revision.as_str())).then(|| Progress {
+        state: State::RolledBack(format!(
+            "aborted by hand ({ABORT_ANNOTATION}={})",
+            progress.revision
+        )),
+        ..progress.clone()
+    })
 }
 
 /// The health thresholds and the Prometheus query, combined.
@@ -274,6 +291,33 @@ mod tests {
         assert_eq!(evaluate(&input).await.0, Verdict::Pending);
         input.promote = Some("0");
         assert_eq!(evaluate(&input).await.0, Verdict::Pass);
+    }
+
+    #[test]
+    fn abort_rolls_back_only_the_live_rollout_of_the_named_revision() {
+        let p = progress();
+        let back = aborted(&p, Some("r2")).expect("aborted");
+        assert_eq!(
+            back.state,
+            State::RolledBack("aborted by hand (hoststack.dev/abort=r2)".into())
+        );
+        assert_eq!(
+            (back.waves, back.stable),
+            (p.waves.clone(), p.stable.clone())
+        );
+        // A stale annotation (another revision), none, or a rollout that already ended.
+        assert_eq!(aborted(&p, Some("r1")), None);
+        assert_eq!(aborted(&p, None), None);
+        let paused = Progress {
+            state: State::Paused("rollout.paused is set".into()),
+            ..progress()
+        };
+        assert!(aborted(&paused, Some("r2")).is_some());
+        let done = Progress {
+            state: State::Complete,
+            ..progress()
+        };
+        assert_eq!(aborted(&done, Some("r2")), None);
     }
 
     #[tokio::test]
