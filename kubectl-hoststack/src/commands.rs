@@ -224,12 +224,23 @@ async fn undo(client: &Client, args: &Undo) -> Result<()> {
     let mut patch = json!({"spec": undo::merge_patch(&from, &back.config)});
     // Refused (409) if someone changed the tuning since it was read.
     patch["metadata"] = json!({"resourceVersion": tuning.resource_version()});
+    let clear_abort = steer::aborts(&tuning, &back.revision);
+    if clear_abort {
+        patch["metadata"]["annotations"] = json!({steer::ABORT_ANNOTATION: null});
+    }
     let patched = cluster::patch_tuning(client, name, &patch, "undo").await?;
     let now = patched.spec.config.revision();
     let mut text = format!(
         "NetworkTuning {name}: spec set back from revision {current} to revision {} (#{} in {}/{}-{}); the operator rolls it out like any change\n",
         back.revision, back.sequence, args.namespace, name, back.revision
     );
+    if clear_abort {
+        text.push_str(&format!(
+            "removed {}={}, which would abort it again\n",
+            steer::ABORT_ANNOTATION,
+            back.revision
+        ));
+    }
     if now != back.revision {
         text.push_str(&format!(
             "note: the spec now hashes to {now}, not {}: the recorded config reads differently today\n",

@@ -104,6 +104,16 @@ pub fn abort_patch(revision: &str) -> Value {
     json!({"metadata": {"annotations": {ABORT_ANNOTATION: revision}}})
 }
 
+/// Whether the abort annotation names `revision`: putting that revision back (`undo`) must
+/// clear it, or the operator would abort its rollout again at once.
+pub fn aborts(tuning: &NetworkTuning, revision: &str) -> bool {
+    tuning
+        .annotations()
+        .get(ABORT_ANNOTATION)
+        .map(String::as_str)
+        == Some(revision)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +176,11 @@ mod tests {
         let e = revision_to_abort(&tuning(Phase::Complete, 3)).unwrap_err();
         assert!(e.to_string().contains("`undo`"), "{e}");
         assert!(revision_to_abort(&tuning(Phase::RolledBack, 1)).is_err());
+        let mut t = tuning(Phase::RolledBack, 1);
+        assert!(!aborts(&t, "r2"));
+        t.annotations_mut()
+            .insert(ABORT_ANNOTATION.into(), "r2".into());
+        assert!(aborts(&t, "r2") && !aborts(&t, "r3"));
         assert_eq!(
             abort_patch("r2"),
             json!({"metadata": {"annotations": {"hoststack.dev/abort": "r2"}}})

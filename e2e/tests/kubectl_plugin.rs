@@ -1,0 +1,366 @@
+//! `kubectl hoststack` against the lab: the built plugin binary, run with the lab's admin
+//! kubeconfig (and once through kubectl's own plugin lookup), watches and steers real
+//! rollouts of real sysctls on four nodes (node-a..node-c in pool=edge, node-d pool=core):
+//! `get` while the canary waits (golden text, revisions and times masked), `promote`, `pause`
+//! and `resume`, `undo` to the previous revision, `abort` of a live rollout, and `get` of a
+//! tuning that does not exist.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use hoststack_e2e::{Lab, LabConfig};
+use serde_json::Value;
+
+/// How long one step of a rollout may take.
+const STEP: Duration = Duration::from_secs(90);
+/// The tuning's nodes.
+const EDGE: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// The plugin's exit code for a tuning that does not exist (docs/kubectl-plugin.md).
+const EXIT_NOT_FOUND: i32 = 3;
+
+/// target/<profile>, where cargo puts the workspace's binaries (test binaries live in deps/).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut dir = exe.parent().expect("a parent").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// The plugin binary: in `HOSTSTACK_BIN_DIR` when set, else in the target dir, built first
+/// (as the lab builds the operator and agent) unless `HOSTSTACK_LAB_BUILD=0`.
+fn plugin() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HOSTSTACK_BIN_DIR") {
+        return PathBuf::from(dir).join("kubectl-hoststack");
+    }
+    let dir = target_dir();
+    if std::env::var("HOSTSTACK_LAB_BUILD").map_or(true, |v| v != "0") {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "kubectl-hoststack", "--bins"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        if let Some(target) = dir.parent() {
+            build.env("CARGO_TARGET_DIR", target);
+        }
+        let status = build
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap())
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building kubectl-hoststack");
+    }
+    dir.join("kubectl-hoststack")
+}
+
+/// Runs the plugin with the lab's admin kubeconfig.
+fn run(lab: &Lab, bin: &Path, args: &[&str]) -> Output {
+    let out = Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig())
+        .args(args)
+        .env_remove("NO_COLOR")
+        .output()
+        .expect("the plugin runs");
+    eprintln!(
+        "$ kubectl hoststack {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs the plugin and returns its stdout, which must be a success.
+fn ok(lab: &Lab, bin: &Path, args: &[&str]) -> String {
+    let out = run(lab, bin, args);
+    assert!(
+        out.status.success(),
+        "kubectl hoststack {args:?} exited {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// A tuning of the edge pool setting `sysctls`, rolled out canary first and promoted by hand.
+fn tuning(sysctls: &[(&str, &str)]) -> String {
+    let mut yaml = "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: edge\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: edge\n  sysctls:\n".to_string();
+    for (k, v) in sysctls {
+        yaml.push_str(&format!("    {k}: \"{v}\"\n"));
+    }
+    yaml.push_str(
+        "  rollout:\n    canary: 1\n    maxUnavailable: 2\n    analysis:\n      manual: true\n",
+    );
+    yaml
+}
+
+fn status(lab: &Lab) -> Value {
+    let out = lab.kubectl(&["get", "networktuning", "edge", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tuning: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    tuning["status"].clone()
+}
+
+fn spec_paused(lab: &Lab) -> bool {
+    let out = lab.kubectl(&[
+        "get",
+        "networktuning",
+        "edge",
+        "-o",
+        "jsonpath={.spec.rollout.paused}",
+    ]);
+    String::from_utf8_lossy(&out.stdout) == "true"
+}
+
+/// Waits until wave `index` of the current rollout waits to be promoted; returns the status.
+fn waiting(lab: &Lab, index: usize) -> Value {
+    lab.wait_for(&format!("wave {index} to wait for promotion"), STEP, || {
+        let s = status(lab);
+        (s["phase"] == "Progressing" && s["waves"][index]["analysis"]["verdict"] == "Pending")
+            .then_some(s)
+    })
+}
+
+fn wait_phase(lab: &Lab, want: &str) -> Value {
+    lab.wait_for(&format!("edge to be {want}"), STEP, || {
+        let s = status(lab);
+        (s["phase"] == want).then_some(s)
+    })
+}
+
+/// `text` with each revision replaced by its name and RFC 3339 times by `<time>`.
+fn mask(text: &str, revisions: &[(&str, &str)]) -> String {
+    let mut out = text.to_string();
+    for (revision, name) in revisions {
+        out = out.replace(revision, name);
+    }
+    // 2026-11-30T02:00:00Z: 20 characters, digits but for - - T : : Z at fixed places.
+    let shape = |w: &[u8]| {
+        w.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            19 => *c == b'Z',
+            _ => c.is_ascii_digit(),
+        })
+    };
+    let bytes = out.as_bytes();
+    let mut masked = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if i + 20 <= bytes.len() && shape(&bytes[i..i + 20]) {
+            masked.push_str("<time>");
+            i += 20;
+        } else {
+            let c = out[i..].chars().next().unwrap();
+            masked.push(c);
+            i += c.len_utf8();
+        }
+    }
+    masked
+}
+
+#[test]
+fn get_promote_pause_resume_undo_and_abort_steer_a_real_rollout() {
+    let bin = plugin();
+    let lab = Lab::start(LabConfig::with_nodes(4)).expect("lab starts");
+    let original_dsack = lab.sysctl("node-a", "net.ipv4.tcp_dsack");
+    let original_ecn = lab.sysctl("node-a", "net.ipv4.tcp_ecn");
+    assert_eq!(original_dsack, "1");
+    assert_ne!(original_ecn, "1");
+
+    // Every command has --help, and a tuning that does not exist is named, with exit code 3.
+    for command in ["get", "promote", "pause", "resume", "abort", "undo"] {
+        let help = ok(&lab, &bin, &[command, "--help"]);
+        assert!(help.contains("Usage: kubectl hoststack"), "{help}");
+    }
+    let missing = run(&lab, &bin, &["get", "no-such-tuning"]);
+    assert_eq!(missing.status.code(), Some(EXIT_NOT_FOUND));
+    let why = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(why, "error: no NetworkTuning named \"no-such-tuning\"\n");
+
+    // v1: the first revision, promoted wave by wave.
+    lab.apply_yaml(&tuning(&[("net.ipv4.tcp_sack", "0")]))
+        .expect("accepted");
+    waiting(&lab, 0);
+    ok(&lab, &bin, &["promote", "edge"]);
+    waiting(&lab, 1);
+    ok(&lab, &bin, &["promote", "edge"]);
+    let v1 = wait_phase(&lab, "Complete")["currentRevision"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // v2: the canary waits for promotion; `get` shows it, through kubectl's plugin lookup.
+    lab.apply_yaml(&tuning(&[
+        ("net.ipv4.tcp_sack", "0"),
+        ("net.ipv4.tcp_dsack", "0"),
+    ]))
+    .expect("accepted");
+    let s = waiting(&lab, 0);
+    let v2 = s["currentRevision"].as_str().unwrap().to_string();
+    let kubectl = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/hoststack/bin"))
+        .join("kubectl");
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(&kubectl)
+        .args(["hoststack", "--kubeconfig"])
+        .arg(lab.kubeconfig())
+        .args(["get", "edge"])
+        .env("PATH", path)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    eprintln!("$ kubectl hoststack get edge\n{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "no colour when stdout is not a terminal"
+    );
+    let want = "\
+NetworkTuning edge
+  Phase:     Progressing
+  Revision:  current <v2>  stable <v1>
+  Nodes:     3 matched, 1 updated, 1 applied, 0 failed
+Waves
+├─ canary 0  Applied  applied <time>
+│  ├─ analysis Pending: waiting to be promoted: kubectl annotate networktuning <name> hoststack.dev/promote=0 --overwrite
+│  └─ node-a  canary  Applied  applied <v2>
+│     ├─ sysctl net.ipv4.tcp_dsack: 1 → 0 (actual 0)  Applied
+│     └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
+└─ not in a wave (stable or baseline)
+   ├─ node-b  baseline  Applied  applied <v1>
+   │  └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
+   └─ node-c  baseline  Applied  applied <v1>
+      └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
+";
+    assert_eq!(
+        mask(&text, &[(&v2, "<v2>"), (&v1, "<v1>")]),
+        want,
+        "\n{text}"
+    );
+    let json: Value =
+        serde_json::from_str(&ok(&lab, &bin, &["get", "edge", "-o", "json"])).unwrap();
+    assert_eq!(json["items"][0]["status"]["currentRevision"], v2.as_str());
+    assert_eq!(json["items"].as_array().unwrap().len(), 1 + EDGE.len());
+
+    // promote moves the rollout on: wave 1 (node-b, node-c) starts.
+    let said = ok(&lab, &bin, &["promote", "edge"]);
+    assert_eq!(
+        said,
+        format!("NetworkTuning edge: promoted canary 0 (node-a) of revision {v2} (hoststack.dev/promote=0)\n")
+    );
+    let s = waiting(&lab, 1);
+    assert_eq!(
+        s["waves"][1]["nodes"],
+        serde_json::json!(["node-b", "node-c"])
+    );
+
+    // pause sets spec.rollout.paused: once wave 1 is promoted the rollout holds (Paused);
+    // resume clears it and the rollout completes.
+    let said = ok(&lab, &bin, &["pause", "edge"]);
+    assert_eq!(
+        said,
+        "NetworkTuning edge: paused (spec.rollout.paused=true)\n"
+    );
+    assert!(spec_paused(&lab));
+    assert_eq!(
+        ok(&lab, &bin, &["pause", "edge"]),
+        "NetworkTuning edge: already paused; nothing changed\n"
+    );
+    let said = ok(&lab, &bin, &["promote", "edge"]);
+    assert!(said.contains("note: spec.rollout.paused is set"), "{said}");
+    let held = wait_phase(&lab, "Paused");
+    assert_eq!(held["message"], "rollout.paused is set");
+    let said = ok(&lab, &bin, &["resume", "edge"]);
+    assert_eq!(
+        said,
+        "NetworkTuning edge: resumed (spec.rollout.paused=false)\n"
+    );
+    assert!(!spec_paused(&lab));
+    let done = wait_phase(&lab, "Complete");
+    assert_eq!(done["stableRevision"], v2.as_str());
+    for node in EDGE {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_dsack"), "0", "{node}");
+    }
+
+    // undo puts v1's config back into the spec; its rollout brings tcp_dsack back everywhere.
+    let said = ok(&lab, &bin, &["undo", "edge"]);
+    assert!(
+        said.starts_with(&format!(
+            "NetworkTuning edge: spec set back from revision {v2} to revision {v1} (#1 in hoststack-system/edge-{v1})"
+        )),
+        "{said}"
+    );
+    let s = waiting(&lab, 0);
+    assert_eq!(s["currentRevision"], v1.as_str());
+    ok(&lab, &bin, &["promote", "edge"]);
+    waiting(&lab, 1);
+    ok(&lab, &bin, &["promote", "edge"]);
+    wait_phase(&lab, "Complete");
+    for node in EDGE {
+        assert_eq!(
+            lab.sysctl(node, "net.ipv4.tcp_dsack"),
+            original_dsack,
+            "{node}"
+        );
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), "0", "{node}");
+    }
+
+    // abort rolls a live rollout back at once: v3's canary returns to v1.
+    lab.apply_yaml(&tuning(&[
+        ("net.ipv4.tcp_sack", "0"),
+        ("net.ipv4.tcp_ecn", "1"),
+    ]))
+    .expect("accepted");
+    let s = waiting(&lab, 0);
+    let v3 = s["currentRevision"].as_str().unwrap().to_string();
+    assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_ecn"), "1");
+    let said = ok(&lab, &bin, &["abort", "edge"]);
+    assert_eq!(
+        said,
+        format!("NetworkTuning edge: rollout of revision {v3} aborted (hoststack.dev/abort={v3}); the operator returns its updated nodes (node-a) to the stable revision {v1}\n")
+    );
+    let back = wait_phase(&lab, "RolledBack");
+    assert_eq!(
+        back["message"],
+        format!("aborted by hand (hoststack.dev/abort={v3})")
+    );
+    assert_eq!(back["waves"][0]["result"], "RolledBack");
+    lab.wait_for("node-a to be back on v1", STEP, || {
+        (lab.sysctl("node-a", "net.ipv4.tcp_ecn") == original_ecn).then_some(())
+    });
+    let text = ok(&lab, &bin, &["get", "edge"]);
+    assert!(text.contains("  Phase:     RolledBack\n"), "{text}");
+    assert!(text.contains("├─ canary 0  RolledBack"), "{text}");
+    // Aborting again has nothing to abort.
+    let again = run(&lab, &bin, &["abort", "edge"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("no rollout to abort (phase RolledBack)")
+    );
+
+    let out = lab.kubectl(&["delete", "networktuning", "edge", "--timeout=90s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lab.stop().expect("the lab stops cleanly");
+}
