@@ -5,7 +5,7 @@
 //! vanishes with the child process, even when the child fails or is killed. It needs root,
 //! `unshare` and the `nft` tool (to read the table as an administrator would).
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,8 @@ const TABLE_A: &str = r#"table inet hoststack {
 	set blocked6 {
 		type ipv6_addr
 		flags interval
-		elements = { 2001:db8::/32 }
+		elements = { ::1,
+			     2001:db8::/32 }
 	}
 
 	set syn4 {
@@ -152,7 +153,7 @@ const TABLE_B: &str = r#"table inet hoststack {
 }
 "#;
 
-const A: &str = "blocked 10.0.0.0/8 127.0.0.1/32 198.19.20.0/25 2001:db8::/32; \
+const A: &str = "blocked 10.0.0.0/8 127.0.0.1/32 198.19.20.0/25 ::1/128 2001:db8::/32; \
                  syn-limit 10/second burst 20; notrack 80 443";
 const B: &str = "blocked 198.19.21.0/24; syn-limit 5/second burst 5; notrack none";
 
@@ -250,6 +251,24 @@ fn in_fresh_namespace() {
         "3 IPv4/UDP packets of 38 bytes"
     );
     assert_eq!(drops("syn-limit-ipv4"), (0, 0));
+    // And from ::1, by the IPv6 rule.
+    let receiver6 = UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).expect("bind");
+    receiver6
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let sender6 = UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).expect("bind");
+    sender6
+        .send_to(&[0u8; 10], receiver6.local_addr().unwrap())
+        .expect("send");
+    assert!(
+        receiver6.recv_from(&mut [0u8; 64]).is_err(),
+        "a datagram from ::1 got through"
+    );
+    assert_eq!(
+        drops("blocked-ipv6"),
+        (1, 58),
+        "1 IPv6/UDP packet of 58 bytes"
+    );
     let metrics = exporter.encode();
     assert!(
         metrics.lines().any(|l| l
