@@ -4,6 +4,14 @@
 //! namespace, so every table it makes (the agent's, and the `inet other` it must leave alone)
 //! vanishes with the child process, even when the child fails or is killed. It needs root,
 //! `unshare` and the `nft` tool (to read the table as an administrator would).
+//!
+//! What it shows on the real kernel: the table nft lists for a description (sets, interval
+//! elements, the per-source limit, notrack); IPv4 and IPv6 packets from blocked sources dropped
+//! and counted per rule, also on /metrics; connections to a notrack port untracked (a probe
+//! table of conntrack matches sees them so) and others tracked; a rule added behind the agent's
+//! back read as a modified table and repaired; an atomic replacement; a SYN flood held to burst +
+//! rate × time; 4096 prefixes; the revert deleting the table; `inet other` untouched throughout;
+//! and a `table inet hoststack` the agent did not make refused before any write.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
@@ -75,7 +83,7 @@ const TABLE_A: &str = r#"table inet hoststack {
 	set blocked4 {
 		type ipv4_addr
 		flags interval
-		elements = { 10.0.0.0/8, 127.0.0.1,
+		elements = { 10.0.0.0/8, 127.0.0.3,
 			     198.19.20.0/25 }
 	}
 
@@ -153,7 +161,7 @@ const TABLE_B: &str = r#"table inet hoststack {
 }
 "#;
 
-const A: &str = "blocked 10.0.0.0/8 127.0.0.1/32 198.19.20.0/25 ::1/128 2001:db8::/32; \
+const A: &str = "blocked 10.0.0.0/8 127.0.0.3/32 198.19.20.0/25 ::1/128 2001:db8::/32; \
                  syn-limit 10/second burst 20; notrack 80 443";
 const B: &str = "blocked 198.19.21.0/24; syn-limit 5/second burst 5; notrack none";
 
@@ -162,6 +170,17 @@ const OTHER: &str = "table inet other {
 	chain input {
 		type filter hook input priority filter; policy accept;
 		ip saddr 192.0.2.1 drop
+	}
+}
+";
+
+/// A table of conntrack matches that counts untracked packets to port 80 and new connections to
+/// port 81, to see what notrack does.
+const PROBE: &str = "table inet probe {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		ct state untracked tcp dport 80 counter
+		ct state new tcp dport 81 counter
 	}
 }
 ";
@@ -181,6 +200,11 @@ fn nft_script(script: &str) {
         .write_all(script.as_bytes())
         .expect("write the script");
     assert!(child.wait().is_ok_and(|s| s.success()), "nft -f - failed");
+}
+
+/// Whether a TCP connect to `addr:port` completes.
+fn connects(addr: Ipv4Addr, port: u16) -> bool {
+    TcpStream::connect_timeout(&SocketAddr::from((addr, port)), Duration::from_secs(2)).is_ok()
 }
 
 fn read(host: &Host) -> Reading {
@@ -235,7 +259,7 @@ fn in_fresh_namespace() {
     receiver
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    let sender = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let sender = UdpSocket::bind((Ipv4Addr::new(127, 0, 0, 3), 0)).expect("bind");
     for _ in 0..3 {
         sender
             .send_to(&[0u8; 10], receiver.local_addr().unwrap())
@@ -243,7 +267,7 @@ fn in_fresh_namespace() {
     }
     assert!(
         receiver.recv_from(&mut [0u8; 64]).is_err(),
-        "a datagram from 127.0.0.1 got through"
+        "a datagram from 127.0.0.3 got through"
     );
     assert_eq!(
         drops("blocked-ipv4"),
@@ -274,6 +298,37 @@ fn in_fresh_namespace() {
         metrics.lines().any(|l| l
             == "hoststack_firewall_dropped_packets_total{table=\"inet/hoststack\",rule=\"blocked-ipv4\"} 3"),
         "{metrics}"
+    );
+
+    // Notrack: connections to port 80 (a notrack port) are untracked, to port 81 tracked, as a
+    // probe table of conntrack matches sees them.
+    nft_script(PROBE);
+    for port in [80, 81] {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("listen");
+        assert!(
+            connects(Ipv4Addr::LOCALHOST, port),
+            "connect to port {port}"
+        );
+        drop(listener);
+    }
+    let probe = nft(&["list", "table", "inet", "probe"]);
+    let packets = |marker: &str| -> u64 {
+        let line = probe
+            .lines()
+            .find(|l| l.contains(marker))
+            .unwrap_or_else(|| panic!("{marker} in {probe}"));
+        let after = &line[line.find("packets ").expect("packets") + 8..];
+        after.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(packets("dport 80") >= 2, "untracked to port 80: {probe}");
+    assert_eq!(
+        packets("dport 81"),
+        1,
+        "one new connection to port 81: {probe}"
+    );
+    assert!(
+        drops("blocked-ipv4").0 == 3,
+        "notrack traffic is not blocked"
     );
 
     // A rule added behind the agent's back reads as a modified table; the same revision
