@@ -415,14 +415,16 @@ pub enum HugepageSize {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Firewall {
-    /// Source prefixes (CIDR) whose packets are dropped.
+    /// Source prefixes (CIDR, IPv4 or IPv6) whose packets are dropped. The agent refuses a
+    /// prefix with host bits set (`10.0.0.1/8`), and one that contains the API server's address
+    /// (it would cut the node off).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4096))]
     pub blocked_prefixes: Vec<String>,
     /// New TCP connections per second allowed from one source address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub syn_rate_limit: Option<SynRateLimit>,
-    /// Ports to accept without connection tracking (the user-space stack's services).
+    /// TCP ports to accept without connection tracking (the user-space stack's services).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256))]
     pub notrack_ports: Vec<u16>,
@@ -435,7 +437,7 @@ pub struct SynRateLimit {
     /// SYNs per second per source.
     #[schemars(range(min = 1, max = 1000000))]
     pub per_second: u32,
-    /// Burst above the rate.
+    /// Burst above the rate, in packets; 0 means the kernel's default of 5.
     #[serde(default)]
     #[schemars(range(max = 1000000))]
     pub burst: u32,
