@@ -5,11 +5,13 @@
 //! and `resume`, `undo` to the previous revision, `abort` of a live rollout, and `get` of a
 //! tuning that does not exist.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
-use hoststack_e2e::{Lab, LabConfig};
+use hoststack_e2e::{Identity, Lab, LabConfig};
 use serde_json::Value;
 
 /// How long one step of a rollout may take.
@@ -83,6 +85,56 @@ fn ok(lab: &Lab, bin: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+/// `get --watch` running in the background, its lines collected; killed when dropped, also
+/// when the test fails.
+struct Watch {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: String,
+}
+
+impl Watch {
+    fn start(lab: &Lab, bin: &Path, tuning: &str) -> Watch {
+        let mut child = Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(lab.kubeconfig())
+            .args(["get", tuning, "--watch"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the plugin runs");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watch {
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Everything printed so far.
+    fn output(&mut self) -> &str {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+        }
+        &self.seen
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A tuning of the edge pool setting `sysctls`, rolled out canary first and promoted by hand.
@@ -186,6 +238,27 @@ fn get_promote_pause_resume_undo_and_abort_steer_a_real_rollout() {
     let why = String::from_utf8_lossy(&missing.stderr);
     assert_eq!(why, "error: no NetworkTuning named \"no-such-tuning\"\n");
 
+    // An API server that does not answer, and credentials without the right.
+    let dead = lab.dir().join("dead.kubeconfig");
+    std::fs::write(
+        &dead,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: dead\n  cluster:\n    server: https://127.0.0.1:1\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: dead\n  context:\n    cluster: dead\n    user: u\ncurrent-context: dead\n",
+    )
+    .expect("a kubeconfig");
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(&dead)
+        .args(["get", "edge"])
+        .output()
+        .expect("the plugin runs");
+    let why = String::from_utf8_lossy(&out.stderr);
+    eprintln!("$ kubectl hoststack get edge  # server down\n{why}");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        why.starts_with("error: API server unreachable: reading NetworkTuning edge: "),
+        "{why}"
+    );
+
     // v1: the first revision, promoted wave by wave.
     lab.apply_yaml(&tuning(&[("net.ipv4.tcp_sack", "0")]))
         .expect("accepted");
@@ -197,6 +270,17 @@ fn get_promote_pause_resume_undo_and_abort_steer_a_real_rollout() {
         .as_str()
         .unwrap()
         .to_string();
+
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig_of(Identity::Agent))
+        .args(["promote", "edge"])
+        .output()
+        .expect("the plugin runs");
+    let why = String::from_utf8_lossy(&out.stderr);
+    eprintln!("$ kubectl hoststack promote edge  # as the agent\n{why}");
+    assert_eq!(out.status.code(), Some(4));
+    assert!(why.starts_with("error: no permission: "), "{why}");
 
     // v2: the canary waits for promotion; `get` shows it, through kubectl's plugin lookup.
     lab.apply_yaml(&tuning(&[
@@ -260,7 +344,13 @@ Waves
     assert_eq!(json["items"][0]["status"]["currentRevision"], v2.as_str());
     assert_eq!(json["items"].as_array().unwrap().len(), 1 + EDGE.len());
 
-    // promote moves the rollout on: wave 1 (node-b, node-c) starts.
+    // promote moves the rollout on: wave 1 (node-b, node-c) starts, and a running
+    // `get --watch` prints it.
+    let mut watch = Watch::start(&lab, &bin, "edge");
+    lab.wait_for("the watch to print the tree", STEP, || {
+        watch.output().contains("├─ canary 0").then_some(())
+    });
+    assert!(!watch.output().contains("wave 1"));
     let said = ok(&lab, &bin, &["promote", "edge"]);
     assert_eq!(
         said,
@@ -271,6 +361,10 @@ Waves
         s["waves"][1]["nodes"],
         serde_json::json!(["node-b", "node-c"])
     );
+    lab.wait_for("the watch to print wave 1", STEP, || {
+        watch.output().contains("└─ wave 1  Applied").then_some(())
+    });
+    drop(watch);
 
     // pause sets spec.rollout.paused: once wave 1 is promoted the rollout holds (Paused);
     // resume clears it and the rollout completes.
