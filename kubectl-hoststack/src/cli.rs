@@ -21,8 +21,9 @@ pub struct Cli {
 /// The usual kubectl connection flags.
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true, env = "KUBECONFIG")]
+    /// Path to the kubeconfig file (default: the files in $KUBECONFIG, merged, then
+    /// ~/.kube/config).
+    #[arg(long, global = true)]
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, global = true)]
