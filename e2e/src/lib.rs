@@ -17,6 +17,7 @@
 //! ```
 
 mod binaries;
+pub mod clients;
 mod command;
 mod config;
 mod lab;

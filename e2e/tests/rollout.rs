@@ -150,7 +150,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     let canary = lab.wait_for("the canary to apply", STEP, || {
         let s = status(&lab, "edge");
         let w = &s["waves"][0];
-        (w["result"] == "Applied").then(|| s)
+        (w["result"] == "Applied").then_some(s)
     });
     let revision = canary["currentRevision"].as_str().unwrap().to_string();
     assert_eq!(waves(&lab, "edge"), vec![vec!["node-c".to_string()]]);
