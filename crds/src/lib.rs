@@ -42,3 +42,18 @@ pub const AGENT_LEASE_PREFIX: &str = "hoststack-agent-";
 pub fn agent_lease_name(node: &str) -> String {
     format!("{AGENT_LEASE_PREFIX}{node}")
 }
+
+/// Annotation on a NetworkTuning that promotes a wave by hand. Its value is the wave's id
+/// ([`wave_id`]: revision and index), so that an annotation left from an earlier wave or
+/// revision never promotes another one.
+pub const PROMOTE_ANNOTATION: &str = "hoststack.dev/promote";
+
+/// Annotation on a NetworkTuning that aborts a rollout: its value is the revision whose rollout
+/// rolls back at once, so that a stale annotation never aborts the next revision.
+pub const ABORT_ANNOTATION: &str = "hoststack.dev/abort";
+
+/// The id of wave `index` (0 is the canary) of `revision`: `<revision>-wave<index>`. It names
+/// the wave's health request and is the value of [`PROMOTE_ANNOTATION`] that promotes it.
+pub fn wave_id(revision: &str, index: usize) -> String {
+    format!("{revision}-wave{index}")
+}

@@ -324,7 +324,7 @@ NetworkTuning edge
   Nodes:     3 matched, 1 updated, 1 applied, 0 failed
 Waves
 ├─ canary 0  Applied  applied <time>
-│  ├─ analysis Pending: waiting to be promoted: kubectl annotate networktuning <name> hoststack.dev/promote=0 --overwrite
+│  ├─ analysis Pending: waiting to be promoted: kubectl annotate networktuning edge hoststack.dev/promote=<v2>-wave0 --overwrite
 │  └─ node-a  canary  Applied  applied <v2>
 │     ├─ sysctl net.ipv4.tcp_dsack: 1 → 0 (actual 0)  Applied
 │     └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
@@ -354,7 +354,7 @@ Waves
     let said = ok(&lab, &bin, &["promote", "edge"]);
     assert_eq!(
         said,
-        format!("NetworkTuning edge: promoted canary 0 (node-a) of revision {v2} (hoststack.dev/promote=0)\n")
+        format!("NetworkTuning edge: promoted canary 0 (node-a) of revision {v2} (hoststack.dev/promote={v2}-wave0)\n")
     );
     let s = waiting(&lab, 1);
     assert_eq!(

@@ -48,6 +48,20 @@ fn get_json(lab: &Lab, args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("kubectl prints JSON")
 }
 
+/// The applied revision `node`'s agent reports, if its NodeTuning exists yet.
+fn applied_revision(lab: &Lab, node: &str) -> Option<String> {
+    let out = lab.kubectl(&[
+        "get",
+        "nodetuning",
+        node,
+        "-o",
+        "jsonpath={.status.appliedRevision}",
+    ]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 fn status(lab: &Lab, tuning: &str) -> Value {
     get_json(lab, &["get", "networktuning", tuning])["status"].clone()
 }
@@ -238,7 +252,13 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
         (s["waves"][0]["analysis"]["verdict"] == "Pending").then_some(s)
     });
     let message = waiting["waves"][0]["analysis"]["message"].as_str().unwrap();
-    assert!(message.contains("hoststack.dev/promote=0"), "{message}");
+    let current = waiting["currentRevision"].as_str().unwrap().to_string();
+    assert!(
+        message.contains(&format!(
+            "kubectl annotate networktuning edge hoststack.dev/promote={current}-wave0"
+        )),
+        "{message}"
+    );
     assert_eq!(lab.sysctl("node-c", "net.ipv4.tcp_ecn"), "1");
     lab.stop_operator();
     lab.start_operator();
@@ -253,7 +273,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
         assert_ne!(lab.sysctl(node, "net.ipv4.tcp_ecn"), "1", "{node} waits");
     }
     let promote = |wave: &str| {
-        let kv = format!("hoststack.dev/promote={wave}");
+        let kv = format!("hoststack.dev/promote={current}-wave{wave}");
         let out = lab.kubectl(&["annotate", "networktuning", "edge", &kv, "--overwrite"]);
         assert!(out.status.success());
     };
@@ -525,8 +545,7 @@ fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision()
     // A node joins the pool while the canary is paused: it gets the stable revision.
     lab.label_node("node-e", "pool", Some("edge"));
     lab.wait_for("node-e to apply the stable revision", STEP, || {
-        let nt = get_json(&lab, &["get", "nodetuning", "node-e"]);
-        (nt["status"]["appliedRevision"] == stable.as_str()).then_some(())
+        (applied_revision(&lab, "node-e")? == stable).then_some(())
     });
     assert_eq!(
         node_spec(&lab, "node-e"),
@@ -551,8 +570,7 @@ fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision()
     // gets it.
     lab.start_agent("node-d", &[]);
     lab.wait_for("node-d to catch up", STEP, || {
-        let nt = get_json(&lab, &["get", "nodetuning", "node-d"]);
-        (nt["status"]["appliedRevision"] == current.as_str()).then_some(())
+        (applied_revision(&lab, "node-d")? == current).then_some(())
     });
     assert_eq!(lab.sysctl("node-d", "net.ipv4.tcp_dsack"), "0");
     delete(&lab, "edge");

@@ -136,20 +136,16 @@ fn revision(tuning: &NetworkTuning, stable: bool) -> String {
 async fn promote(client: &Client, args: &Promote) -> Result<()> {
     let tuning = cluster::tuning(client, &args.tuning).await?;
     let index = steer::wave_to_promote(&tuning, args.wave)?;
-    cluster::patch_tuning(
-        client,
-        &args.tuning,
-        &steer::promote_patch(index),
-        "promotion",
-    )
-    .await?;
+    let current = revision(&tuning, false);
+    let patch = steer::promote_patch(&current, index);
+    cluster::patch_tuning(client, &args.tuning, &patch, "promotion").await?;
     let what = if index == 0 { "canary" } else { "wave" };
     let mut text = format!(
-        "NetworkTuning {}: promoted {what} {index} ({}) of revision {} ({}={index})\n",
+        "NetworkTuning {}: promoted {what} {index} ({}) of revision {current} ({}={})\n",
         args.tuning,
         wave_nodes(&tuning, index),
-        revision(&tuning, false),
         steer::PROMOTE_ANNOTATION,
+        hoststack_crds::wave_id(&current, index as usize),
     );
     if steer::is_paused(&tuning) {
         text.push_str("note: spec.rollout.paused is set; the next wave starts after `resume`\n");

@@ -2,19 +2,12 @@
 //! stands to the merge patch that steers it (or the reason there is nothing to steer), so that
 //! every rule is a unit test and the commands are thin shells.
 
-use hoststack_crds::{NetworkTuning, Phase};
+use hoststack_crds::{wave_id, NetworkTuning, Phase};
+pub use hoststack_crds::{ABORT_ANNOTATION, PROMOTE_ANNOTATION};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
-
-/// The annotation that promotes a wave by hand; its value is the wave's index (0 is the canary).
-/// The operator's rollout gate reads it (operator/src/rollout/gate.rs).
-pub const PROMOTE_ANNOTATION: &str = "hoststack.dev/promote";
-/// The annotation that aborts a rollout: its value is the revision whose rollout the operator
-/// rolls back at once (operator/src/rollout/gate.rs). Naming the revision makes a stale
-/// annotation harmless for the next revision.
-pub const ABORT_ANNOTATION: &str = "hoststack.dev/abort";
 
 /// The phase a tuning reports (Pending when it has no status yet).
 fn phase(tuning: &NetworkTuning) -> Phase {
@@ -64,9 +57,9 @@ pub fn wave_to_promote(tuning: &NetworkTuning, asked: Option<u32>) -> Result<u32
     }
 }
 
-/// The merge patch that promotes wave `index`.
-pub fn promote_patch(index: u32) -> Value {
-    json!({"metadata": {"annotations": {PROMOTE_ANNOTATION: index.to_string()}}})
+/// The merge patch that promotes wave `index` of `revision`.
+pub fn promote_patch(revision: &str, index: u32) -> Value {
+    json!({"metadata": {"annotations": {PROMOTE_ANNOTATION: wave_id(revision, index as usize)}}})
 }
 
 /// Whether `spec.rollout.paused` is set.
@@ -150,8 +143,8 @@ mod tests {
         assert!(e.to_string().contains("phase Complete"), "{e}");
         assert!(wave_to_promote(&tuning(Phase::Progressing, 0), None).is_err());
         assert_eq!(
-            promote_patch(1),
-            json!({"metadata": {"annotations": {"hoststack.dev/promote": "1"}}})
+            promote_patch("r2", 1),
+            json!({"metadata": {"annotations": {"hoststack.dev/promote": "r2-wave1"}}})
         );
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::{future, StreamExt};
 use hoststack_crds::{
     AnalysisStatus, Mode, NetworkTuning, NetworkTuningStatus, NodeConfig, NodeState, NodeTuning,
-    NodeTuningSpec, Phase, RolloutPhase, AGENT_LEASE_PREFIX, AGENT_NODE_LABEL, CANARY_LABEL,
-    FINALIZER, OPERATOR_FIELD_MANAGER,
+    NodeTuningSpec, Phase, RolloutPhase, ABORT_ANNOTATION, AGENT_LEASE_PREFIX, AGENT_NODE_LABEL,
+    CANARY_LABEL, FINALIZER, OPERATOR_FIELD_MANAGER, PROMOTE_ANNOTATION,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::daemonset::needs_agent;
 use crate::metrics::Metrics;
-use crate::rollout::gate::{self, ABORT_ANNOTATION, PROMOTE_ANNOTATION};
+use crate::rollout::gate;
 use crate::rollout::nodes::{self, NodePlan};
 use crate::rollout::planner::{self, NodeView, Report, State};
 use crate::rollout::strategy::{self, Gate};
@@ -470,6 +470,7 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
     let live = matches!(restored.state, State::Progressing | State::Paused(_));
     let (verdict, judged) = if live {
         gate::evaluate(&gate::Input {
+            name: &name,
             resolved: &resolved,
             analysis,
             progress: &restored,

@@ -654,9 +654,19 @@ mod tests {
             (Kind::RpsFlowCnt, "128", "64", false),
             (Kind::PciDriver, "driver=vfio-pci", "driver=vfio-pci ", true),
             (Kind::Sysctl, "1\t2", "1 2", true),
-            (Kind::XdpProgram, "blocklist/auto", "blocklist/generic", true),
+            (
+                Kind::XdpProgram,
+                "blocklist/auto",
+                "blocklist/generic",
+                true,
+            ),
             (Kind::XdpProgram, "pass/native", "blocklist/native", false),
-            (Kind::XdpBlocklist, "10.0.0.0/8,10.1.0.0/16", "10.1.0.0/16,10.0.0.0/8", true),
+            (
+                Kind::XdpBlocklist,
+                "10.0.0.0/8,10.1.0.0/16",
+                "10.1.0.0/16,10.0.0.0/8",
+                true,
+            ),
         ];
         for (kind, a, b, same) in table {
             assert_eq!(kind.same_value(a, b), *same, "{kind:?} {a:?} {b:?}");

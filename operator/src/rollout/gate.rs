@@ -5,26 +5,23 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hoststack_crds::{Analysis, AnalysisStatus, MetricResult, NodeTuning};
+use hoststack_crds::{
+    wave_id, Analysis, AnalysisStatus, MetricResult, NodeTuning, ABORT_ANNOTATION,
+    PROMOTE_ANNOTATION,
+};
 
 use super::analysis::{self, combine, Measurement, NodeSample};
-use super::nodes::request_id;
 use super::planner::{Progress, State, Verdict};
 use super::prometheus;
 use super::strategy::{Gate, Resolved};
 
-/// The annotation that promotes a wave by hand: its value is the index of the wave (0 is the
-/// canary), so that a stale annotation never promotes a later wave.
-pub const PROMOTE_ANNOTATION: &str = "hoststack.dev/promote";
-/// The annotation that aborts a rollout by hand: its value is the revision whose rollout rolls
-/// back at once (`kubectl hoststack abort`), so that a stale annotation never aborts the next
-/// revision.
-pub const ABORT_ANNOTATION: &str = "hoststack.dev/abort";
 /// Extra time, beyond two windows, for samples to arrive before a missing one is inconclusive.
 const SAMPLE_GRACE: Duration = Duration::from_secs(30);
 
 /// What the gate looks at.
 pub struct Input<'a> {
+    /// The tuning's name.
+    pub name: &'a str,
     /// The tuning's resolved rollout settings.
     pub resolved: &'a Resolved,
     /// `spec.rollout.analysis`.
@@ -48,8 +45,9 @@ pub async fn evaluate(input: &Input<'_>) -> (Verdict, Option<AnalysisStatus>) {
         return (Verdict::Pending, None);
     };
     let index = p.waves.len() - 1;
-    if input.promote == Some(index.to_string().as_str()) {
-        let message = format!("promoted by hand ({PROMOTE_ANNOTATION}={index})");
+    let id = wave_id(&p.revision, index);
+    if input.promote == Some(id.as_str()) {
+        let message = format!("promoted by hand ({PROMOTE_ANNOTATION}={id})");
         return (
             Verdict::Pass,
             Some(status(&Verdict::Pass, Some(message), None, vec![])),
@@ -59,7 +57,8 @@ pub async fn evaluate(input: &Input<'_>) -> (Verdict, Option<AnalysisStatus>) {
         Gate::None => (Verdict::Pass, None),
         Gate::Manual => {
             let message = format!(
-                "waiting to be promoted: kubectl annotate networktuning <name> {PROMOTE_ANNOTATION}={index} --overwrite"
+                "waiting to be promoted: kubectl annotate networktuning {} {PROMOTE_ANNOTATION}={id} --overwrite",
+                input.name
             );
             (
                 Verdict::Pending,
@@ -107,7 +106,7 @@ async fn analyse(
     let mut metrics = Vec::new();
     let mut request = None;
     if !thresholds.is_empty() {
-        let id = request_id(&p.revision, index);
+        let id = wave_id(&p.revision, index);
         let judged_samples: Vec<NodeSample> = judged
             .iter()
             .map(|n| sample(input.node_tunings, n, &id, Some(p.revision.as_str())))
@@ -272,6 +271,7 @@ mod tests {
         let governed = ["a".to_string(), "b".to_string()];
         let nts = BTreeMap::new();
         let mut input = Input {
+            name: "edge",
             resolved: &resolved,
             analysis: Some(&analysis),
             progress: &p,
@@ -286,10 +286,13 @@ mod tests {
             .unwrap()
             .message
             .unwrap()
-            .contains("hoststack.dev/promote=0"));
-        input.promote = Some("1");
-        assert_eq!(evaluate(&input).await.0, Verdict::Pending);
-        input.promote = Some("0");
+            .contains("kubectl annotate networktuning edge hoststack.dev/promote=r2-wave0"));
+        // Another wave's or another revision's promotion does not count; a bare index neither.
+        for stale in ["r2-wave1", "r1-wave0", "0"] {
+            input.promote = Some(stale);
+            assert_eq!(evaluate(&input).await.0, Verdict::Pending, "{stale}");
+        }
+        input.promote = Some("r2-wave0");
         assert_eq!(evaluate(&input).await.0, Verdict::Pass);
     }
 
@@ -350,6 +353,7 @@ mod tests {
             nodes(Some(with_sample("r1", 1000, 40))),
         );
         let input = |nts, now| Input {
+            name: "edge",
             resolved: &resolved,
             analysis: Some(&analysis),
             progress: &p,

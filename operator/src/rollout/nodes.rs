@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hoststack_crds::{HealthRequest, RolloutPhase};
+use hoststack_crds::{wave_id, HealthRequest, RolloutPhase};
 
 use super::planner::{Decision, Progress, State};
 
@@ -25,14 +25,9 @@ pub fn health_request(progress: &Progress, window: Duration) -> Option<HealthReq
     let judging = matches!(progress.state, State::Progressing | State::Paused(_));
     let wave = progress.waves.last()?;
     (judging && wave.applied_at.is_some()).then(|| HealthRequest {
-        id: request_id(&progress.revision, progress.waves.len() - 1),
+        id: wave_id(&progress.revision, progress.waves.len() - 1),
         window: format!("{}ms", window.as_millis()),
     })
-}
-
-/// The id of the health request judging wave `index` of `revision`.
-pub fn request_id(revision: &str, index: usize) -> String {
-    format!("{revision}-wave{index}")
 }
 
 /// Every node's instruction. `sampling` is the health request of the wave being judged (from
