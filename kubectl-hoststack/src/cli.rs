@@ -47,6 +47,10 @@ pub enum Command {
     /// Put the previous revision's node config (from the revision history) back into the
     /// tuning's spec; the operator rolls it out like any change.
     Undo(Undo),
+    /// Draw the rollout over time from Prometheus: canary against baseline for the retransmit
+    /// ratio, SACK recoveries and D-SACKs per 1000 segments, with each wave and the rollback
+    /// marked, as an SVG.
+    Report(Report),
 }
 
 /// A command that acts on one tuning.
@@ -101,6 +105,65 @@ pub struct Undo {
     pub namespace: String,
 }
 
+/// `report`'s arguments.
+#[derive(Debug, Args)]
+pub struct Report {
+    /// The NetworkTuning's name.
+    pub tuning: String,
+    /// The Prometheus server that scrapes the agents (`http://host:port[/prefix]`).
+    #[arg(long, value_parser = prometheus_url)]
+    pub prometheus: crate::prometheus::Server,
+    /// Where to write the picture (an .svg file).
+    #[arg(long, value_parser = svg_path)]
+    pub out: std::path::PathBuf,
+    /// Also write the plotted series and markers here, as JSON.
+    #[arg(long)]
+    pub data: Option<std::path::PathBuf>,
+    /// Show this much time up to now (e.g. 90s, 15m, 1h30m); default: from a minute before
+    /// the first wave.
+    #[arg(long, value_parser = duration)]
+    pub since: Option<std::time::Duration>,
+}
+
+fn prometheus_url(url: &str) -> Result<crate::prometheus::Server, String> {
+    crate::prometheus::Server::parse(url)
+}
+
+fn svg_path(path: &str) -> Result<std::path::PathBuf, String> {
+    if path.to_ascii_lowercase().ends_with(".svg") {
+        Ok(path.into())
+    } else {
+        Err(format!("{path:?}: only SVG is drawn; name an .svg file"))
+    }
+}
+
+/// A Prometheus-style duration: whole numbers with units s, m, h or d, e.g. `1h30m`.
+fn duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{text:?}: not a duration like 90s, 15m or 1h30m");
+    let mut seconds = 0u64;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return Err(bad()),
+        };
+        let n: u64 = number.parse().map_err(|_| bad())?;
+        seconds += n * unit;
+        number.clear();
+    }
+    if !number.is_empty() || seconds == 0 {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +201,57 @@ mod tests {
         assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32);
         let e = Cli::try_parse_from(["kubectl-hoststack", "get", "edge", "-o", "xml"]).unwrap_err();
         assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32);
+    }
+
+    #[test]
+    fn report_takes_an_http_prometheus_an_svg_file_and_a_duration() {
+        let report = |extra: &[&str]| {
+            let mut args = vec!["kubectl-hoststack", "report", "edge"];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args)
+        };
+        let cli = report(&[
+            "--prometheus",
+            "http://127.0.0.1:9090",
+            "--out",
+            "r.svg",
+            "--since",
+            "1h30m",
+        ])
+        .unwrap();
+        let Command::Report(r) = cli.command else {
+            panic!("not report: {:?}", cli.command)
+        };
+        assert_eq!(r.prometheus.authority, "127.0.0.1:9090");
+        assert_eq!(r.since, Some(std::time::Duration::from_secs(5400)));
+        assert_eq!(r.data, None);
+        for bad in [
+            &["--prometheus", "http://p:9090", "--out", "r.png"][..],
+            &["--prometheus", "https://p:9090", "--out", "r.svg"],
+            &[
+                "--prometheus",
+                "http://p:9090",
+                "--out",
+                "r.svg",
+                "--since",
+                "5",
+            ],
+            &[
+                "--prometheus",
+                "http://p:9090",
+                "--out",
+                "r.svg",
+                "--since",
+                "5x",
+            ],
+            &["--out", "r.svg"],
+        ] {
+            let e = report(bad).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32, "{bad:?}");
+        }
+        assert_eq!(duration("90s"), Ok(std::time::Duration::from_secs(90)));
+        assert_eq!(duration("2d"), Ok(std::time::Duration::from_secs(172800)));
+        assert!(duration("0s").is_err());
+        assert!(duration("m").is_err());
     }
 }

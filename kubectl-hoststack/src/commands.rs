@@ -1,6 +1,6 @@
 //! Each command as a thin shell: read from the cluster, decide with the pure modules
-//! ([`render`](crate::render), [`steer`](crate::steer), [`undo`](crate::undo)), write, and say
-//! what was done.
+//! ([`render`](crate::render), [`steer`](crate::steer), [`undo`](crate::undo),
+//! [`report`](crate::report)), write, and say what was done.
 
 use std::io::{IsTerminal, Write};
 
@@ -27,6 +27,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resume(t) => set_paused(&client, &t, false).await,
         Command::Abort(t) => abort(&client, &t).await,
         Command::Undo(args) => undo(&client, &args).await,
+        Command::Report(args) => report(&client, &args).await,
     }
 }
 
@@ -241,6 +242,59 @@ async fn undo(client: &Client, args: &Undo) -> Result<()> {
         text.push_str(&format!(
             "note: the spec now hashes to {now}, not {}: the recorded config reads differently today\n",
             back.revision
+        ));
+    }
+    say(&text)
+}
+
+async fn report(client: &Client, args: &crate::cli::Report) -> Result<()> {
+    use crate::report::{self, Panel, Report};
+    let tuning = cluster::tuning(client, &args.tuning).await?;
+    let markers = report::markers(&tuning.status.clone().unwrap_or_default());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| Error::Invalid(format!("the clock is before 1970: {e}")))?
+        .as_secs_f64();
+    let span = report::span(&markers, now, args.since.map(|d| d.as_secs_f64()));
+    let mut panels = Vec::new();
+    for metric in &report::METRICS {
+        let query = report::query(metric, &args.tuning, span.rate_window);
+        let data = args
+            .prometheus
+            .query_range(&query, span.start, span.end, span.step as f64)?;
+        panels.push(Panel {
+            title: metric.title.to_string(),
+            query,
+            series: report::series(&data)?,
+        });
+    }
+    let report = Report {
+        tuning: args.tuning.clone(),
+        span,
+        panels,
+        markers,
+    };
+    let write = |path: &std::path::Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| Error::Output(format!("{}: {e}", path.display())))
+    };
+    write(&args.out, &report::draw(&report)?)?;
+    let mut text = format!(
+        "NetworkTuning {}: wrote {} ({} panels, {} s from {} at {} s steps, {} markers)\n",
+        args.tuning,
+        args.out.display(),
+        report.panels.len(),
+        report.span.end - report.span.start,
+        report.span.start,
+        report.span.step,
+        report.markers.len()
+    );
+    if let Some(path) = &args.data {
+        let json =
+            serde_json::to_string_pretty(&report).map_err(|e| Error::Output(e.to_string()))?;
+        write(path, &(json + "\n"))?;
+        text.push_str(&format!(
+            "wrote the series and markers to {}\n",
+            path.display()
         ));
     }
     say(&text)

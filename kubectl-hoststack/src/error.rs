@@ -42,6 +42,12 @@ pub enum Error {
     /// Writing the output failed.
     #[error("output: {0}")]
     Output(String),
+    /// Prometheus did not answer.
+    #[error("Prometheus unreachable: {0}")]
+    PrometheusUnreachable(String),
+    /// Prometheus answered, but not with a result.
+    #[error("Prometheus refused {0}")]
+    PrometheusRefused(String),
 }
 
 /// Result with the plugin's [`Error`].
