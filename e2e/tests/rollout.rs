@@ -390,6 +390,40 @@ fn out_segs(lab: &Lab, node: &str) -> u64 {
 
 /// Traffic from every edge node to node-e, and 5 % loss of the canary's segments once it is
 /// picked; returns the final status.
+/// The plugin binary: in `HOSTSTACK_BIN_DIR` when set, else next to this test's target dir,
+/// built first unless `HOSTSTACK_LAB_BUILD=0` (as in kubectl_plugin.rs).
+fn plugin() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("HOSTSTACK_BIN_DIR") {
+        return std::path::PathBuf::from(dir).join("kubectl-hoststack");
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut dir = exe.parent().expect("a parent").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    if std::env::var("HOSTSTACK_LAB_BUILD").map_or(true, |v| v != "0") {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = std::process::Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "kubectl-hoststack", "--bins"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        if let Some(target) = dir.parent() {
+            build.env("CARGO_TARGET_DIR", target);
+        }
+        let status = build
+            .current_dir(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .parent()
+                    .unwrap(),
+            )
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building kubectl-hoststack");
+    }
+    dir.join("kubectl-hoststack")
+}
+
 fn regression(lab: &Lab, canary: &str, analysis: &str) -> Value {
     lab.label_node(canary, "hoststack.dev/canary", Some("true"));
     let _bulk = Bulk::start(lab, "node-e", &EDGE, "40M", 300).expect("traffic starts");
@@ -515,6 +549,69 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
         by_phase["baseline"] < by_phase["canary"] / 5.0,
         "{by_phase:?}"
     );
+
+    // `kubectl hoststack report` draws the same from the range API, with the rollout's moments.
+    let (svg, data) = (
+        lab.dir().join("rollout.svg"),
+        lab.dir().join("rollout.json"),
+    );
+    let out = std::process::Command::new(plugin())
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig())
+        .args(["report", "edge", "--prometheus"])
+        .arg(format!("http://{}", prometheus.address()))
+        .arg("--out")
+        .arg(&svg)
+        .arg("--data")
+        .arg(&data)
+        .output()
+        .expect("the plugin runs");
+    eprintln!(
+        "$ kubectl hoststack report edge ...\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{out:?}");
+    let picture = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert!(picture.starts_with("<svg"), "{}", &picture[..80]);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&data).unwrap()).unwrap();
+    let markers = report["markers"].as_array().unwrap();
+    let at = |kind: &str| {
+        markers
+            .iter()
+            .find(|m| m["kind"] == kind && (kind != "waveApplied" || m["wave"] == 0))
+            .unwrap_or_else(|| panic!("a {kind} marker: {markers:?}"))
+    };
+    let canary_applied = at("waveApplied");
+    assert_eq!(canary_applied["time"], back["waves"][0]["appliedAt"]);
+    let rolled_back = at("rolledBack")["at"].as_f64().unwrap();
+    let canary_applied = canary_applied["at"].as_f64().unwrap();
+    assert!(rolled_back > canary_applied, "{markers:?}");
+    let panel = &report["panels"][0];
+    assert_eq!(panel["title"], "Retransmit ratio by phase");
+    let max_in_canary_window = |phase: &str| {
+        panel["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["phase"] == phase)
+            .unwrap_or_else(|| panic!("a {phase} series: {panel}"))["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| (canary_applied..=rolled_back).contains(&p[0].as_f64().unwrap()))
+            .map(|p| p[1].as_f64().unwrap())
+            .fold(f64::NAN, f64::max)
+    };
+    let (canary, baseline) = (
+        max_in_canary_window("canary"),
+        max_in_canary_window("baseline"),
+    );
+    eprintln!(
+        "report: max retransmit ratio in the canary's window: canary {canary}, baseline {baseline}"
+    );
+    assert!(canary > 0.02, "{canary}");
+    assert!(baseline < canary, "{baseline} < {canary}");
     delete(&lab, "edge");
     drop(prometheus);
     lab.stop().expect("the lab stops cleanly");

@@ -271,6 +271,24 @@ fn marker_colour(kind: MarkerKind) -> RGBColor {
     }
 }
 
+/// The time axis of every panel: the span, less what comes before the first point and marker
+/// (Prometheus may hold nothing that old), and at least a second wide.
+pub fn time_axis(report: &Report) -> (f64, f64) {
+    let (start, end) = (report.span.start, report.span.end);
+    let first = report
+        .panels
+        .iter()
+        .flat_map(|p| {
+            p.series
+                .iter()
+                .flat_map(|s| s.points.first().map(|[t, _]| *t))
+        })
+        .chain(report.markers.iter().map(|m| m.at))
+        .reduce(f64::min)
+        .map_or(start, |t| t.clamp(start, end));
+    (first, end.max(first + 1.0))
+}
+
 /// `HH:MM:SS` (UTC) of a Unix time.
 fn clock(at: f64) -> String {
     Timestamp::from_millisecond((at * 1000.0) as i64)
@@ -294,8 +312,8 @@ fn draw_into(report: &Report, svg: &mut String) -> std::result::Result<(), Strin
         format!(
             "NetworkTuning {}: canary against baseline, {} to {} UTC (step {}s)",
             report.tuning,
-            clock(report.span.start),
-            clock(report.span.end),
+            clock(time_axis(report).0),
+            clock(time_axis(report).1),
             report.span.step
         ),
         (10, 8),
@@ -314,10 +332,7 @@ fn draw_panel<DB: DrawingBackend>(
     panel: &Panel,
     area: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let (start, end) = (
-        report.span.start,
-        report.span.end.max(report.span.start + 1.0),
-    );
+    let (start, end) = time_axis(report);
     let top = panel
         .series
         .iter()
@@ -337,15 +352,17 @@ fn draw_panel<DB: DrawingBackend>(
         .x_label_formatter(&|t| clock(*t))
         .y_label_formatter(&|v| format!("{v:.3}"))
         .draw()?;
-    for m in &report.markers {
-        if !(start..=end).contains(&m.at) {
-            continue;
-        }
+    let shown = report
+        .markers
+        .iter()
+        .filter(|m| (start..=end).contains(&m.at));
+    for (i, m) in shown.enumerate() {
         let style = marker_colour(m.kind).stroke_width(1);
         chart.draw_series(LineSeries::new([(m.at, 0.0), (m.at, top)], style))?;
+        // Labels step down the line so that close markers' labels do not overlap.
         chart.draw_series(std::iter::once(Text::new(
             m.label.clone(),
-            (m.at, top),
+            (m.at, top * (1.0 - 0.1 * (i % 4) as f64)),
             ("sans-serif", 12).into_font().color(&marker_colour(m.kind)),
         )))?;
     }
@@ -561,6 +578,8 @@ mod tests {
             panels,
             markers: m,
         };
+        // The axis starts at the first marker: nothing is known before it.
+        assert_eq!(time_axis(&report), (T0, T0 + 60.0));
         let svg = draw(&report).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..100]);
         assert!(svg.trim_end().ends_with("</svg>"));
@@ -603,6 +622,7 @@ mod tests {
             }],
             markers: vec![],
         };
+        assert_eq!(time_axis(&empty), (T0 - 60.0, T0));
         assert!(draw(&empty).unwrap().starts_with("<svg"));
     }
 }
