@@ -612,6 +612,26 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
     );
     assert!(canary > 0.02, "{canary}");
     assert!(baseline < canary, "{baseline} < {canary}");
+    // A Prometheus that does not answer (a port nobody listens on) is exit 1, named.
+    let closed = std::net::TcpListener::bind((lab.loopback_ip(), 0))
+        .and_then(|l| l.local_addr())
+        .unwrap();
+    let out = std::process::Command::new(plugin())
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig())
+        .args(["report", "edge", "--prometheus"])
+        .arg(format!("http://{closed}"))
+        .arg("--out")
+        .arg(&svg)
+        .output()
+        .expect("the plugin runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("$ kubectl hoststack report edge --prometheus http://{closed} ...\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: Prometheus unreachable: http://{closed}: ")),
+        "{stderr}"
+    );
     delete(&lab, "edge");
     drop(prometheus);
     lab.stop().expect("the lab stops cleanly");

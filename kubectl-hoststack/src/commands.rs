@@ -279,12 +279,12 @@ async fn report(client: &Client, args: &crate::cli::Report) -> Result<()> {
     };
     write(&args.out, &report::draw(&report)?)?;
     let mut text = format!(
-        "NetworkTuning {}: wrote {} ({} panels, {} s from {} at {} s steps, {} markers)\n",
+        "NetworkTuning {}: wrote {} ({} panels, {} to {} UTC at {} s steps, {} markers)\n",
         args.tuning,
         args.out.display(),
         report.panels.len(),
-        report.span.end - report.span.start,
-        report.span.start,
+        report::clock(report::time_axis(&report).0),
+        report::clock(report.span.end),
         report.span.step,
         report.markers.len()
     );

@@ -290,7 +290,7 @@ pub fn time_axis(report: &Report) -> (f64, f64) {
 }
 
 /// `HH:MM:SS` (UTC) of a Unix time.
-fn clock(at: f64) -> String {
+pub fn clock(at: f64) -> String {
     Timestamp::from_millisecond((at * 1000.0) as i64)
         .map(|t| t.strftime("%H:%M:%S").to_string())
         .unwrap_or_default()
