@@ -113,17 +113,6 @@ pub struct Series {
     pub points: Vec<[f64; 2]>,
 }
 
-impl Series {
-    /// The largest value from `from` to `to` (Unix seconds, both included).
-    pub fn max_between(&self, from: f64, to: f64) -> Option<f64> {
-        self.points
-            .iter()
-            .filter(|[t, _]| (from..=to).contains(t))
-            .map(|[_, v]| *v)
-            .reduce(f64::max)
-    }
-}
-
 /// The series of a range query's `data` (a `matrix`), one per phase, sorted by phase.
 pub fn series(data: &Value) -> Result<Vec<Series>> {
     let bad = |why: &str| Error::PrometheusRefused(format!("a usable answer: {why}"));
@@ -540,9 +529,6 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(s[1].max_between(T0, T0 + 1.0), Some(0.03));
-        assert_eq!(s[1].max_between(T0, T0 + 2.0), Some(0.05));
-        assert_eq!(s[1].max_between(T0 + 5.0, T0 + 9.0), None);
         let e = series(&json!({"resultType": "vector", "result": []})).unwrap_err();
         assert!(e.to_string().contains("instead of matrix"), "{e}");
         let e = series(
