@@ -16,6 +16,7 @@ pub(crate) struct Binaries {
     pub helm: PathBuf,
     pub operator: PathBuf,
     pub agent: PathBuf,
+    pub plugin: PathBuf,
 }
 
 impl Binaries {
@@ -23,7 +24,7 @@ impl Binaries {
     /// /var/cache/hoststack/bin) and the workspace binaries (env `HOSTSTACK_BIN_DIR`, else the
     /// directory of the running executable, leaving `deps/`). When the workspace binaries are
     /// taken from the target dir and `HOSTSTACK_LAB_BUILD` is not `0`, runs `cargo build` for
-    /// the operator and agent first, so a test never runs stale binaries. `workload`: whether
+    /// the operator, agent and kubectl plugin first, so a test never runs stale binaries. `workload`: whether
     /// operator and agent are needed at all.
     pub fn locate(workload: bool) -> Result<Binaries> {
         let cp = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
@@ -41,6 +42,7 @@ impl Binaries {
             helm: cp.join("helm"),
             operator: bin_dir.join("hoststack-operator"),
             agent: bin_dir.join("hoststack-agent"),
+            plugin: bin_dir.join("kubectl-hoststack"),
         };
         for path in [&bins.etcd, &bins.kube_apiserver, &bins.kubectl, &bins.helm] {
             if !is_executable(path) {
@@ -57,7 +59,7 @@ impl Binaries {
             if explicit.is_none() && build {
                 cargo_build(&bin_dir)?;
             }
-            for path in [&bins.operator, &bins.agent] {
+            for path in [&bins.operator, &bins.agent, &bins.plugin] {
                 if !is_executable(path) {
                     return Err(Error::Setup(format!(
                         "{} is missing: run `cargo build --workspace --bins` (scripts/setup.sh \
@@ -97,8 +99,8 @@ fn target_bin_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Brings the operator and agent binaries in `bin_dir` (a cargo target profile dir) up to
-/// date with the sources.
+/// Brings the operator, agent and kubectl-plugin binaries in `bin_dir` (a cargo target profile
+/// dir) up to date with the sources.
 fn cargo_build(bin_dir: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut build = command::cmd(
@@ -110,6 +112,8 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
             "hoststack-operator",
             "-p",
             "hoststack-agent",
+            "-p",
+            "kubectl-hoststack",
             "--bins",
         ],
     );

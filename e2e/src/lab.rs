@@ -616,6 +616,11 @@ impl Lab {
         &self.api_url
     }
 
+    /// The `kubectl-hoststack` plugin binary, built with the operator and agent.
+    pub fn plugin_binary(&self) -> &Path {
+        &self.bins.plugin
+    }
+
     /// The admin kubeconfig.
     pub fn kubeconfig(&self) -> &Path {
         self.kubeconfig_of(Identity::Admin)

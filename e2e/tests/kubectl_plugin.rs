@@ -21,42 +21,6 @@ const EDGE: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// The plugin's exit code for a tuning that does not exist (docs/kubectl-plugin.md).
 const EXIT_NOT_FOUND: i32 = 3;
 
-/// target/<profile>, where cargo puts the workspace's binaries (test binaries live in deps/).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut dir = exe.parent().expect("a parent").to_path_buf();
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.pop();
-    }
-    dir
-}
-
-/// The plugin binary: in `HOSTSTACK_BIN_DIR` when set, else in the target dir, built first
-/// (as the lab builds the operator and agent) unless `HOSTSTACK_LAB_BUILD=0`.
-fn plugin() -> PathBuf {
-    if let Some(dir) = std::env::var_os("HOSTSTACK_BIN_DIR") {
-        return PathBuf::from(dir).join("kubectl-hoststack");
-    }
-    let dir = target_dir();
-    if std::env::var("HOSTSTACK_LAB_BUILD").map_or(true, |v| v != "0") {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "kubectl-hoststack", "--bins"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        if let Some(target) = dir.parent() {
-            build.env("CARGO_TARGET_DIR", target);
-        }
-        let status = build
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap())
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building kubectl-hoststack");
-    }
-    dir.join("kubectl-hoststack")
-}
-
 /// Runs the plugin with the lab's admin kubeconfig.
 fn run(lab: &Lab, bin: &Path, args: &[&str]) -> Output {
     let out = Command::new(bin)
@@ -221,8 +185,8 @@ fn mask(text: &str, revisions: &[(&str, &str)]) -> String {
 
 #[test]
 fn get_promote_pause_resume_undo_and_abort_steer_a_real_rollout() {
-    let bin = plugin();
     let lab = Lab::start(LabConfig::with_nodes(4)).expect("lab starts");
+    let bin = lab.plugin_binary().to_path_buf();
     let original_dsack = lab.sysctl("node-a", "net.ipv4.tcp_dsack");
     let original_ecn = lab.sysctl("node-a", "net.ipv4.tcp_ecn");
     assert_eq!(original_dsack, "1");

@@ -390,40 +390,6 @@ fn out_segs(lab: &Lab, node: &str) -> u64 {
 
 /// Traffic from every edge node to node-e, and 5 % loss of the canary's segments once it is
 /// picked; returns the final status.
-/// The plugin binary: in `HOSTSTACK_BIN_DIR` when set, else next to this test's target dir,
-/// built first unless `HOSTSTACK_LAB_BUILD=0` (as in kubectl_plugin.rs).
-fn plugin() -> std::path::PathBuf {
-    if let Some(dir) = std::env::var_os("HOSTSTACK_BIN_DIR") {
-        return std::path::PathBuf::from(dir).join("kubectl-hoststack");
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut dir = exe.parent().expect("a parent").to_path_buf();
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.pop();
-    }
-    if std::env::var("HOSTSTACK_LAB_BUILD").map_or(true, |v| v != "0") {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = std::process::Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "kubectl-hoststack", "--bins"]);
-        if dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        if let Some(target) = dir.parent() {
-            build.env("CARGO_TARGET_DIR", target);
-        }
-        let status = build
-            .current_dir(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .parent()
-                    .unwrap(),
-            )
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building kubectl-hoststack");
-    }
-    dir.join("kubectl-hoststack")
-}
-
 fn regression(lab: &Lab, canary: &str, analysis: &str) -> Value {
     lab.label_node(canary, "hoststack.dev/canary", Some("true"));
     let _bulk = Bulk::start(lab, "node-e", &EDGE, "40M", 300).expect("traffic starts");
@@ -555,7 +521,7 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
         lab.dir().join("rollout.svg"),
         lab.dir().join("rollout.json"),
     );
-    let out = std::process::Command::new(plugin())
+    let out = std::process::Command::new(lab.plugin_binary())
         .arg("--kubeconfig")
         .arg(lab.kubeconfig())
         .args(["report", "edge", "--prometheus"])
@@ -616,7 +582,7 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
     let closed = std::net::TcpListener::bind((lab.loopback_ip(), 0))
         .and_then(|l| l.local_addr())
         .unwrap();
-    let out = std::process::Command::new(plugin())
+    let out = std::process::Command::new(lab.plugin_binary())
         .arg("--kubeconfig")
         .arg(lab.kubeconfig())
         .args(["report", "edge", "--prometheus"])
