@@ -3,13 +3,16 @@
 //! before it, a kill at any kernel call ends (after recovery) fully applied or fully reverted,
 //! and apply then revert is the identity.
 
+mod common;
+
+use common::{killed, Killed};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 
 use hoststack_agent::appliers::firewall::{self, Observed, Ruleset};
 use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots, Setting};
@@ -36,9 +39,6 @@ struct FakeKernel {
     kill_at: usize,
     calls: AtomicUsize,
 }
-
-/// The panic payload of a simulated SIGKILL.
-struct Killed;
 
 impl FakeKernel {
     /// Counts a call, dying before it when it is the fatal one.
@@ -296,23 +296,6 @@ fn a_table_the_agent_did_not_make_fails_the_revision_before_any_write() {
     );
     assert_eq!(kernel.calls.load(Ordering::SeqCst), 0, "no write at all");
     assert_eq!(node.snapshot(), before);
-}
-
-fn killed(f: impl FnOnce()) -> bool {
-    static QUIET: Once = Once::new();
-    QUIET.call_once(|| {
-        let previous = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Killed>() {
-                previous(info);
-            }
-        }));
-    });
-    match panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(()) => false,
-        Err(payload) if payload.is::<Killed>() => true,
-        Err(payload) => panic::resume_unwind(payload),
-    }
 }
 
 #[test]

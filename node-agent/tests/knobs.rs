@@ -13,14 +13,17 @@
 //! [`mounts_by_mount_point`]): a mount that a transaction took away and its undo put back is a
 //! new mount, which a real kernel lists after every older one.
 
+mod common;
+
+use common::{killed, Killed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::symlink;
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hoststack_agent::appliers::irq::{format_list, parse_list};
@@ -878,9 +881,6 @@ fn interface_entries_that_match_nothing_fail_with_the_interfaces_there_are() {
 
 // --- Properties over random specs. ---
 
-/// The panic payload of a simulated SIGKILL.
-struct Killed;
-
 fn kill_after(n: usize) -> impl FnMut() {
     let mut writes = 0;
     move || {
@@ -888,23 +888,6 @@ fn kill_after(n: usize) -> impl FnMut() {
         if writes == n {
             panic::panic_any(Killed);
         }
-    }
-}
-
-fn killed(f: impl FnOnce()) -> bool {
-    static QUIET: Once = Once::new();
-    QUIET.call_once(|| {
-        let previous = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Killed>() {
-                previous(info);
-            }
-        }));
-    });
-    match panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(()) => false,
-        Err(payload) if payload.is::<Killed>() => true,
-        Err(payload) => panic::resume_unwind(payload),
     }
 }
 

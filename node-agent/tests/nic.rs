@@ -7,13 +7,16 @@
 //! then revert is the identity; and an agent killed before any single netlink call ends, after
 //! recovery, fully applied or fully reverted.
 
+mod common;
+
+use common::{killed, Killed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hoststack_agent::appliers::nic::{ChannelCounts, ChannelInfo, Features, RingInfo, RingSizes};
@@ -52,9 +55,6 @@ struct FakeKernel {
     kill_at: usize,
     calls: AtomicUsize,
 }
-
-/// The panic payload of a simulated SIGKILL.
-struct Killed;
 
 impl FakeKernel {
     /// Counts a netlink call, dying before it when it is the fatal one; then runs `f` on the
@@ -495,24 +495,6 @@ fn apply_then_revert_is_the_identity() {
         .load()
         .expect("journal")
         .is_empty());
-}
-
-/// Runs `f`, catching only a simulated kill; whether it was killed.
-fn killed(f: impl FnOnce()) -> bool {
-    static QUIET: Once = Once::new();
-    QUIET.call_once(|| {
-        let previous = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Killed>() {
-                previous(info);
-            }
-        }));
-    });
-    match panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(()) => false,
-        Err(payload) if payload.is::<Killed>() => true,
-        Err(payload) => panic::resume_unwind(payload),
-    }
 }
 
 /// The netlink calls a transaction to `to`, from the host after `from`, makes.

@@ -2,12 +2,14 @@
 //! refusal, recovery after a kill, and the law "apply then revert is the identity", also as a
 //! property over random revisions and random kill points.
 
+mod common;
+
+use common::{killed, Killed};
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 use std::time::Duration;
 
 use hoststack_agent::appliers::{same_value, Host, Setting};
@@ -129,9 +131,6 @@ fn item<'a>(outcome: &'a Outcome, key: &str) -> &'a hoststack_crds::ItemResult {
         .unwrap_or_else(|| panic!("no item {key} in {outcome:?}"))
 }
 
-/// The panic payload of a simulated SIGKILL.
-struct Killed;
-
 /// A pause that "kills" the agent right after its `n`th host write (1-based).
 fn kill_after(n: usize) -> impl FnMut() {
     let mut writes = 0;
@@ -140,24 +139,6 @@ fn kill_after(n: usize) -> impl FnMut() {
         if writes == n {
             panic::panic_any(Killed);
         }
-    }
-}
-
-/// Runs `f`; true when it was killed by [`kill_after`]. Kills print nothing.
-fn killed(f: impl FnOnce()) -> bool {
-    static QUIET: Once = Once::new();
-    QUIET.call_once(|| {
-        let previous = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Killed>() {
-                previous(info);
-            }
-        }));
-    });
-    match panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(()) => false,
-        Err(payload) if payload.is::<Killed>() => true,
-        Err(payload) => panic::resume_unwind(payload),
     }
 }
 

@@ -9,12 +9,15 @@
 //! the identity; a restarted agent changes nothing; a new blocklist goes through the map without
 //! detaching.
 
+mod common;
+
+use common::{killed, Killed};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 
 use hoststack_agent::appliers::xdp::{
     AttachMode, AttachedProgram, Blocklist, Pins, Prefix, Program, XdpState,
@@ -79,9 +82,6 @@ struct FakeKernel {
     /// Calls that change something.
     writes: AtomicUsize,
 }
-
-/// The panic payload of a simulated SIGKILL.
-struct Killed;
 
 impl FakeKernel {
     fn state(&self, write: bool) -> std::sync::MutexGuard<'_, State> {
@@ -595,23 +595,6 @@ fn a_new_program_in_the_same_mode_replaces_the_old_one_through_its_link() {
         node.state().ops[s.ops.len()..],
         ["unpin_blocklist", "replace"]
     );
-}
-
-fn killed(f: impl FnOnce()) -> bool {
-    static QUIET: Once = Once::new();
-    QUIET.call_once(|| {
-        let previous = panic::take_hook();
-        panic::set_hook(Box::new(move |info| {
-            if !info.payload().is::<Killed>() {
-                previous(info);
-            }
-        }));
-    });
-    match panic::catch_unwind(AssertUnwindSafe(f)) {
-        Ok(()) => false,
-        Err(payload) if payload.is::<Killed>() => true,
-        Err(payload) => panic::resume_unwind(payload),
-    }
 }
 
 /// Runs `to` from the state `from` leaves, killed at every kernel call in turn and after every
