@@ -310,31 +310,14 @@ impl fmt::Display for Prefix {
 impl FromStr for Prefix {
     type Err = String;
 
-    /// `ADDR/LEN` or a bare address (a host prefix); host bits must be clear.
+    /// `ADDR/LEN` or a bare address (a host prefix); host bits must be clear. Parsed as the
+    /// firewall parses its blocked prefixes, so both refuse the same input in the same words.
     fn from_str(text: &str) -> Result<Self, String> {
-        let text = text.trim();
-        let (addr, len) = match text.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (text, None),
-        };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 prefix (ADDR/LEN)"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match len {
-            None => max,
-            Some(l) => l
-                .parse::<u8>()
-                .ok()
-                .filter(|l| *l <= max)
-                .ok_or_else(|| format!("{text:?}: the prefix length must be 0 to {max}"))?,
-        };
-        let wide = Prefix { addr, len };
-        Prefix::new(addr, len).ok_or_else(|| {
-            format!(
-                "{text:?} has host bits set; did you mean {}/{len}?",
-                wide.masked()
-            )
+        let parsed = super::firewall::ruleset::Prefix::parse(text.trim())?;
+        let len = u8::try_from(parsed.len).expect("a prefix length is at most 128");
+        Ok(Prefix {
+            addr: parsed.family.addr(parsed.start),
+            len,
         })
     }
 }
