@@ -13,6 +13,8 @@
 //! rate × time; 4096 prefixes; the revert deleting the table; `inet other` untouched throughout;
 //! and a `table inet hoststack` the agent did not make refused before any write.
 
+mod netns;
+
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,21 +35,7 @@ fn the_agents_table_in_a_fresh_network_namespace() {
         in_fresh_namespace();
         return;
     }
-    let exe = std::env::current_exe().expect("test binary");
-    let child = Command::new("unshare")
-        .arg("--net")
-        .arg("--")
-        .arg(exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the test in a new network namespace (needs root and unshare)");
-    assert!(
-        child.status.success(),
-        "the test inside the namespace failed:\n{}\n{}",
-        String::from_utf8_lossy(&child.stdout),
-        String::from_utf8_lossy(&child.stderr)
-    );
+    netns::rerun_under_unshare(TEST, &["--net"], CHILD, "1");
 }
 
 /// Runs `nft` with `args`; its standard output.

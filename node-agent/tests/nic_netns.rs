@@ -7,6 +7,8 @@
 //! change vanish with the child process, even when it fails or is killed. Each value is checked
 //! independently with `ip -d link`, `ethtool -k` and `ethtool -l`.
 
+mod netns;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -31,10 +33,6 @@ fn nic_settings_on_a_real_veth_in_a_fresh_network_namespace() {
         in_fresh_namespace();
         return;
     }
-    let usable = Command::new("unshare")
-        .args(["--net", "--mount", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
     let tools = [("ip", "-V"), ("ethtool", "--version")]
         .iter()
         .all(|(t, v)| {
@@ -44,23 +42,10 @@ fn nic_settings_on_a_real_veth_in_a_fresh_network_namespace() {
                 .is_ok_and(|o| o.status.success())
         });
     assert!(
-        usable && tools,
-        "this test needs root, unshare, ip and ethtool (scripts/setup.sh installs ethtool)"
+        tools,
+        "this test needs ip and ethtool (scripts/setup.sh installs ethtool)"
     );
-    let exe = std::env::current_exe().expect("test binary");
-    let child = Command::new("unshare")
-        .args(["--net", "--mount", "--"])
-        .arg(exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the test in a new network namespace");
-    assert!(
-        child.status.success(),
-        "the test inside the namespace failed:\n{}\n{}",
-        String::from_utf8_lossy(&child.stdout),
-        String::from_utf8_lossy(&child.stderr)
-    );
+    netns::rerun_under_unshare(TEST, &["--net", "--mount"], CHILD, "1");
 }
 
 /// Runs a command and returns its stdout; panics when it fails.

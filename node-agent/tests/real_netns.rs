@@ -2,10 +2,9 @@
 //!
 //! The test re-runs itself under `unshare --net`: net.* sysctls are per network namespace, so
 //! everything it sets lives in a namespace that vanishes with the child process, even when the
-//! child fails or is killed. Where namespaces cannot be created (not root), it says so and
-//! skips.
+//! child fails or is killed. It needs root to create the namespace.
 
-use std::process::Command;
+mod netns;
 
 use hoststack_agent::appliers::{Host, Reading, Setting};
 use hoststack_agent::journal::{Applied, JournalStore};
@@ -21,29 +20,7 @@ fn real_sysctls_in_a_fresh_network_namespace() {
         in_fresh_namespace();
         return;
     }
-    let usable = Command::new("unshare")
-        .args(["--net", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !usable {
-        eprintln!("skipped: cannot create a network namespace here (needs root and unshare)");
-        return;
-    }
-    let exe = std::env::current_exe().expect("test binary");
-    let child = Command::new("unshare")
-        .arg("--net")
-        .arg("--")
-        .arg(exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .expect("run the test in a new network namespace");
-    assert!(
-        child.status.success(),
-        "the test inside the namespace failed:\n{}\n{}",
-        String::from_utf8_lossy(&child.stdout),
-        String::from_utf8_lossy(&child.stderr)
-    );
+    netns::rerun_under_unshare(TEST, &["--net"], CHILD, "1");
 }
 
 fn read(host: &Host, key: &str) -> String {

@@ -19,6 +19,8 @@
 //! interface's pins removed by the revert; a revert leaving no program and no pin; a program
 //! attached by iproute2 refused and left alone.
 
+mod netns;
+
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -54,27 +56,11 @@ fn xdp_blocklist_on_a_real_veth() {
         Ok("restart") => return restart_phase(),
         _ => {}
     }
-    let usable = Command::new("unshare")
-        .args(["--net", "--mount", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !usable {
-        eprintln!("skipped: cannot create namespaces here (needs root and unshare)");
-        return;
-    }
-    let exe = std::env::current_exe().expect("test binary");
-    let child = Command::new("unshare")
-        .args(["--net", "--mount", "--propagation", "private", "--"])
-        .arg(exe)
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "main")
-        .output()
-        .expect("run the test in new namespaces");
-    assert!(
-        child.status.success(),
-        "the test inside the namespaces failed:\n{}\n{}",
-        String::from_utf8_lossy(&child.stdout),
-        String::from_utf8_lossy(&child.stderr)
+    netns::rerun_under_unshare(
+        TEST,
+        &["--net", "--mount", "--propagation", "private"],
+        CHILD,
+        "main",
     );
 }
 
