@@ -1,7 +1,7 @@
 //! Host-wide knobs against this machine's real kernel: the 2 MiB hugepage count (+2 pages), one
 //! real IRQ's affinity and a real hugetlbfs mount, applied through the transaction, checked in
 //! the kernel's own files, and reverted. A guard puts every value back even when an assertion
-//! fails. Needs root; skips (saying so) otherwise.
+//! fails. Needs root.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -91,10 +91,10 @@ fn real_hugepages_irq_affinity_and_hugetlbfs_apply_and_revert() {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false);
-    if !root || !Path::new(NR_2M).exists() {
-        eprintln!("skipped: needs root and 2 MiB hugepages");
-        return;
-    }
+    assert!(
+        root && Path::new(NR_2M).exists(),
+        "this test needs root and 2 MiB hugepages ({NR_2M})"
+    );
     let online = parse_list(&read(Path::new("/sys/devices/system/cpu/online"))).unwrap_or_default();
     let online: Vec<u32> = online.into_iter().collect();
     let pages: u64 = read(Path::new(NR_2M)).parse().expect("count");

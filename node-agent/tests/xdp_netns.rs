@@ -8,7 +8,7 @@
 //! inside it: a switch with a bridge and two sources, 198.19.30.10 (blocked) and 198.19.30.20
 //! (allowed), named in a tmpfs mounted over /run/netns in the private mount namespace. Every
 //! namespace, veth, pin and attached program lives in namespaces that vanish with the child
-//! process, even when it fails or is killed. Without root it says so and skips.
+//! process, even when it fails or is killed. It needs root.
 //!
 //! Apply and the restart run in separate processes (the test binary again, in the same
 //! namespaces), so the program stays attached only through its pins. Proven here: drops of the
