@@ -736,6 +736,20 @@ impl Lab {
         self.kubectl_as(Identity::Admin, args, None)
     }
 
+    /// `kubectl <args> -o json` with the admin kubeconfig, parsed; panics with kubectl's message
+    /// when it fails (e.g. `&["get", "nodetuning", "node-a"]`).
+    pub fn get_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.kubectl(&all);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("kubectl prints JSON")
+    }
+
     /// Runs kubectl as `identity`, with `stdin` as its standard input.
     pub fn kubectl_as(&self, identity: Identity, args: &[&str], stdin: Option<&str>) -> Output {
         let mut kubectl = self.kubectl_command(identity, args);

@@ -212,6 +212,18 @@ fn url_encode(text: &str) -> String {
     out
 }
 
+/// The `/metrics` text at `addr`, when it answers 200.
+pub fn scrape(addr: SocketAddr) -> Option<String> {
+    let (status, body) = http_get(addr, "/metrics", None).ok()?;
+    (status == 200).then_some(body)
+}
+
+/// The value of the sample `series` (name and labels exactly as printed) in a /metrics `text`.
+pub fn sample(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -83,14 +83,7 @@ fn withdraw(lab: &Lab) {
 }
 
 fn status(lab: &Lab) -> Value {
-    let out = lab.kubectl(&["get", "nodetuning", NODE, "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let object: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    object["status"].clone()
+    lab.get_json(&["get", "nodetuning", NODE])["status"].clone()
 }
 
 /// (status, reason, message) of the Drifted condition, when there is one.

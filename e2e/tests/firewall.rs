@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use hoststack_e2e::clients::{connect_from, flood_from, ping_from, Clients, Service};
-use hoststack_e2e::prometheus::http_get;
+use hoststack_e2e::prometheus::{sample, scrape};
 use hoststack_e2e::{Lab, LabConfig};
 
 /// How long the control loop may take to converge in any one step.
@@ -51,17 +51,6 @@ fn item(lab: &Lab, field: &str) -> String {
         lab,
         &format!("{{.status.items[?(@.kind==\"nftables\")].{field}}}"),
     )
-}
-
-fn scrape(lab: &Lab) -> Option<String> {
-    let (status, body) = http_get(lab.agent_metrics_address(NODE), "/metrics", None).ok()?;
-    (status == 200).then_some(body)
-}
-
-/// The value of the sample `series` (name and labels exactly) in `text`.
-fn sample(text: &str, series: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 fn dropped(rule: &str) -> String {
@@ -109,7 +98,11 @@ fn the_agents_table_drops_a_blocked_prefix_limits_a_syn_flood_and_goes_with_the_
         "the allowed client's ping passes"
     );
     let blocked_drops = lab.wait_for("the blocked client's drops on /metrics", CONVERGE, || {
-        sample(&scrape(&lab)?, &dropped("blocked-ipv4")).filter(|n| *n >= 2)
+        sample(
+            &scrape(lab.agent_metrics_address(NODE))?,
+            &dropped("blocked-ipv4"),
+        )
+        .filter(|n| *n >= 2)
     });
 
     // A bounded SYN flood from the allowed client: 200 connects, 20 ms each at most.
@@ -125,7 +118,7 @@ fn the_agents_table_drops_a_blocked_prefix_limits_a_syn_flood_and_goes_with_the_
         "{connected} connections > burst + rate × time = {bound}"
     );
     let metrics = lab.wait_for("the SYN drops on /metrics", CONVERGE, || {
-        let text = scrape(&lab)?;
+        let text = scrape(lab.agent_metrics_address(NODE))?;
         sample(&text, &dropped("syn-limit-ipv4"))
             .filter(|n| *n >= FLOOD - connected)
             .map(|_| text)
@@ -153,7 +146,9 @@ fn the_agents_table_drops_a_blocked_prefix_limits_a_syn_flood_and_goes_with_the_
         (!node_tables(&lab).contains("hoststack")).then_some(())
     });
     assert!(ping_from(blocked, NODE_IP) && connect_from(blocked, service.addr));
-    let after = lab.wait_for("a scrape", CONVERGE, || scrape(&lab));
+    let after = lab.wait_for("a scrape", CONVERGE, || {
+        scrape(lab.agent_metrics_address(NODE))
+    });
     assert!(
         !after.contains("hoststack_firewall_"),
         "no table, no firewall series"

@@ -107,13 +107,7 @@ fn ask(lab: &Lab, id: Option<&str>) {
 }
 
 fn object(lab: &Lab) -> Value {
-    let out = lab.kubectl(&["get", "nodetuning", NODE, "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    lab.get_json(&["get", "nodetuning", NODE])
 }
 
 fn number(v: &Value) -> u64 {

@@ -114,14 +114,7 @@ fn tuning(sysctls: &[(&str, &str)]) -> String {
 }
 
 fn status(lab: &Lab) -> Value {
-    let out = lab.kubectl(&["get", "networktuning", "edge", "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tuning: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    tuning["status"].clone()
+    lab.get_json(&["get", "networktuning", "edge"])["status"].clone()
 }
 
 fn spec_paused(lab: &Lab) -> bool {

@@ -36,18 +36,6 @@ fn tuning(name: &str, sysctls: &[(&str, &str)], rollout: &str) -> String {
     yaml
 }
 
-fn get_json(lab: &Lab, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let out = lab.kubectl(&all);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("kubectl prints JSON")
-}
-
 /// The applied revision `node`'s agent reports, if its NodeTuning exists yet.
 fn applied_revision(lab: &Lab, node: &str) -> Option<String> {
     let out = lab.kubectl(&[
@@ -63,7 +51,7 @@ fn applied_revision(lab: &Lab, node: &str) -> Option<String> {
 }
 
 fn status(lab: &Lab, tuning: &str) -> Value {
-    get_json(lab, &["get", "networktuning", tuning])["status"].clone()
+    lab.get_json(&["get", "networktuning", tuning])["status"].clone()
 }
 
 fn phase(lab: &Lab, tuning: &str) -> String {
@@ -101,7 +89,7 @@ fn wait_phase(lab: &Lab, tuning: &str, want: &str) -> Value {
 
 /// The revision each node's spec asks for, and its rollout phase.
 fn node_spec(lab: &Lab, node: &str) -> (String, String) {
-    let nt = get_json(lab, &["get", "nodetuning", node]);
+    let nt = lab.get_json(&["get", "nodetuning", node]);
     let s = &nt["spec"];
     (
         s["revision"].as_str().unwrap_or_default().to_string(),
@@ -348,7 +336,7 @@ fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
     lab.wait_for("every node to run the stable revision again", STEP, || {
         EDGE.iter()
             .all(|n| {
-                let nt = get_json(&lab, &["get", "nodetuning", n]);
+                let nt = lab.get_json(&["get", "nodetuning", n]);
                 nt["status"]["appliedRevision"] == stable.as_str()
                     && nt["status"]["state"] == "Applied"
             })

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use hoststack_e2e::clients::{connect_from, ping_from, Clients, Service};
-use hoststack_e2e::prometheus::http_get;
+use hoststack_e2e::prometheus::{sample, scrape};
 use hoststack_e2e::{Lab, LabConfig, Signal};
 
 /// How long the control loop may take to converge in any one step.
@@ -44,17 +44,6 @@ fn item(lab: &Lab, kind: &str, field: &str) -> String {
         lab,
         &format!("{{.status.items[?(@.kind==\"{kind}\")].{field}}}"),
     )
-}
-
-fn scrape(lab: &Lab) -> Option<String> {
-    let (status, body) = http_get(lab.agent_metrics_address(NODE), "/metrics", None).ok()?;
-    (status == 200).then_some(body)
-}
-
-/// The value of the sample `series` (name and labels exactly) in `text`.
-fn sample(text: &str, series: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 const DROPPED: &str =
@@ -103,7 +92,7 @@ fn an_xdp_blocklist_drops_a_blocked_source_survives_an_agent_kill_and_reverts() 
         "the allowed source connects"
     );
     let dropped = lab.wait_for("the drops on /metrics", CONVERGE, || {
-        sample(&scrape(&lab)?, DROPPED).filter(|n| *n >= 2)
+        sample(&scrape(lab.agent_metrics_address(NODE))?, DROPPED).filter(|n| *n >= 2)
     });
 
     // SIGKILL: nothing runs down; the pinned link keeps the program attached.
@@ -118,7 +107,7 @@ fn an_xdp_blocklist_drops_a_blocked_source_survives_an_agent_kill_and_reverts() 
 
     lab.start_agent(NODE, &[]);
     let metrics = lab.wait_for("the restarted agent to reconcile", CONVERGE, || {
-        let text = scrape(&lab)?;
+        let text = scrape(lab.agent_metrics_address(NODE))?;
         text.lines()
             .any(|l| l.starts_with("hoststack_agent_applied_revision{") && l.ends_with(" 1"))
             .then_some(text)
