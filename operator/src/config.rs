@@ -11,9 +11,9 @@ pub struct Args {
     /// Namespace of the operator's Lease and of the agent DaemonSet.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hoststack-system")]
     pub namespace: String,
-    /// Image of the node agent, for the DaemonSet the operator owns.
-    #[arg(long, env = "HOSTSTACK_AGENT_IMAGE", default_value = concat!("hoststack/hoststack:", env!("CARGO_PKG_VERSION")))]
-    pub agent_image: String,
+    /// What the installer chose for the agent DaemonSet's pods.
+    #[command(flatten)]
+    pub agent: crate::daemonset::AgentPod,
     /// How long a deleted tuning waits for its nodes to confirm their revert before it is let go
     /// with a Degraded condition naming them.
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]

@@ -4,19 +4,74 @@
 //! every node that some tuning governs or whose agent still has something to revert. A label,
 //! rather than node affinity computed from the tunings' selectors, keeps the pod template fixed,
 //! so that a change of selection never restarts every agent.
+//!
+//! Everything an installer chooses about the agents' pods (image, extra node selector,
+//! tolerations, resources, priority class, the API server's address) comes from the operator's
+//! flags, [`AgentPod`], which the Helm chart fills from its values.
 
 use std::collections::BTreeMap;
 
 use hoststack_crds::AGENT_NODE_LABEL;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use serde_json::json;
 
 /// Name of the agent DaemonSet and of its ServiceAccount.
 pub const AGENT_NAME: &str = "hoststack-agent";
 
+/// Where the agent binary lives in the image.
+pub const AGENT_BINARY: &str = "/usr/local/bin/hoststack-agent";
+
+/// The port of the agent's /metrics endpoint (its default `--metrics-bind-address`), on the
+/// host's network.
+pub const AGENT_METRICS_PORT: u16 = 9478;
+
+/// The installer's choices for the agent pods: the operator's `--agent-*` flags.
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct AgentPod {
+    /// Image of the node agent, for the DaemonSet the operator owns.
+    #[arg(long = "agent-image", env = "HOSTSTACK_AGENT_IMAGE", default_value = concat!("hoststack/hoststack:", env!("CARGO_PKG_VERSION")))]
+    pub image: String,
+    /// When the kubelet pulls the agent image.
+    #[arg(long = "agent-image-pull-policy", default_value = "IfNotPresent", value_parser = ["Always", "IfNotPresent", "Never"])]
+    pub image_pull_policy: String,
+    /// Labels, as a JSON object, that an agent's node must carry besides hoststack.dev/agent=true
+    /// (which the operator sets on every node a tuning governs).
+    #[arg(long = "agent-node-selector", default_value = "{}", value_parser = parse_json::<BTreeMap<String, String>>)]
+    pub node_selector: BTreeMap<String, String>,
+    /// The agent pods' tolerations, as a JSON array; the default tolerates every taint, so that
+    /// a tainted node keeps the agent that can revert it.
+    #[arg(long = "agent-tolerations", default_value = r#"[{"operator":"Exists"}]"#, value_parser = parse_json::<::std::vec::Vec<Toleration>>)]
+    pub tolerations: ::std::vec::Vec<Toleration>,
+    /// The agent container's resources, as a JSON object (requests, limits).
+    #[arg(long = "agent-resources", default_value = r#"{"requests":{"cpu":"10m","memory":"32Mi"},"limits":{"memory":"128Mi"}}"#, value_parser = parse_json::<ResourceRequirements>)]
+    pub resources: ResourceRequirements,
+    /// Priority class of the agent pods; empty for none.
+    #[arg(long = "agent-priority-class", default_value = "system-node-critical")]
+    pub priority_class: String,
+    /// The agents' log filter (their RUST_LOG).
+    #[arg(long = "agent-log-level", default_value = "info")]
+    pub log_level: String,
+    /// Host (name or address) of the API server for the agents, set as their
+    /// KUBERNETES_SERVICE_HOST: for clusters where host-network pods cannot reach the
+    /// `kubernetes` Service's ClusterIP (no kube-proxy). Unset: the in-cluster default.
+    #[arg(long = "agent-api-server-host", requires = "api_server_port")]
+    pub api_server_host: Option<String>,
+    /// Port of the API server for the agents (KUBERNETES_SERVICE_PORT); only with
+    /// `--agent-api-server-host`.
+    #[arg(long = "agent-api-server-port", requires = "api_server_host")]
+    pub api_server_port: Option<u16>,
+}
+
+/// Parses a flag's JSON value into `T`, naming what is wrong.
+fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| format!("not valid here: {e}"))
+}
+
 /// The agent DaemonSet: privileged, host network, host /proc and /sys under /host, its journal
-/// in a hostPath that survives pod restarts, only on nodes labelled for an agent.
-pub fn agent_daemonset(namespace: &str, image: &str) -> DaemonSet {
+/// in a hostPath that survives pod restarts, only on nodes labelled for an agent (and matching
+/// the installer's node selector).
+pub fn agent_daemonset(namespace: &str, pod: &AgentPod) -> DaemonSet {
     let labels = BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), AGENT_NAME.to_string()),
         (
@@ -24,6 +79,18 @@ pub fn agent_daemonset(namespace: &str, image: &str) -> DaemonSet {
             "hoststack".to_string(),
         ),
     ]);
+    let mut node_selector = pod.node_selector.clone();
+    node_selector.insert(AGENT_NODE_LABEL.to_string(), "true".to_string());
+    let mut env = vec![
+        json!({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}),
+        json!({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        json!({"name": "RUST_LOG", "value": pod.log_level}),
+    ];
+    if let (Some(host), Some(port)) = (&pod.api_server_host, pod.api_server_port) {
+        env.push(json!({"name": "KUBERNETES_SERVICE_HOST", "value": host}));
+        env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": port.to_string()}));
+    }
+    let priority_class = (!pod.priority_class.is_empty()).then_some(&pod.priority_class);
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -37,29 +104,28 @@ pub fn agent_daemonset(namespace: &str, image: &str) -> DaemonSet {
                     "serviceAccountName": AGENT_NAME,
                     "hostNetwork": true,
                     "dnsPolicy": "ClusterFirstWithHostNet",
-                    "nodeSelector": {AGENT_NODE_LABEL: "true"},
-                    "tolerations": [{"operator": "Exists"}],
-                    "priorityClassName": "system-node-critical",
+                    "nodeSelector": node_selector,
+                    "tolerations": pod.tolerations,
+                    "priorityClassName": priority_class,
                     "terminationGracePeriodSeconds": 30,
                     "containers": [{
                         "name": "agent",
-                        "image": image,
-                        "command": ["/hoststack-agent"],
+                        "image": pod.image,
+                        "imagePullPolicy": pod.image_pull_policy,
+                        "command": [AGENT_BINARY],
                         "args": [
                             "--node-name=$(NODE_NAME)",
                             "--proc-root=/host/proc",
                             "--sys-root=/host/sys",
                             "--state-dir=/var/lib/hoststack",
                         ],
-                        "env": [
-                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
-                        ],
+                        "env": env,
+                        "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"}],
+                        // Privileged: the agent writes sysctls of every namespace kind, IRQ
+                        // affinities, sysfs (hugepages, driver binding), loads XDP programs and
+                        // nftables tables (docs/install.md).
                         "securityContext": {"privileged": true},
-                        "resources": {
-                            "requests": {"cpu": "10m", "memory": "32Mi"},
-                            "limits": {"memory": "128Mi"}
-                        },
+                        "resources": pod.resources,
                         "volumeMounts": [
                             {"name": "host-proc", "mountPath": "/host/proc"},
                             {"name": "host-sys", "mountPath": "/host/sys"},
@@ -96,19 +162,101 @@ pub fn needs_agent(
 mod tests {
     use super::*;
 
+    /// The operator's agent flags alone.
+    #[derive(clap::Parser, Debug)]
+    struct Flags {
+        #[command(flatten)]
+        pod: AgentPod,
+    }
+
+    /// Parses `hoststack-operator <flags>`.
+    fn parse(flags: &[&str]) -> Result<AgentPod, clap::Error> {
+        let argv = std::iter::once("hoststack-operator").chain(flags.iter().copied());
+        <Flags as clap::Parser>::try_parse_from(argv).map(|f| f.pod)
+    }
+
+    /// The pod settings of `hoststack-operator <flags>`.
+    fn pod_of(flags: &[&str]) -> AgentPod {
+        parse(flags).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     #[test]
     fn daemonset_runs_only_on_labelled_nodes_with_host_paths() {
-        let ds = agent_daemonset("hs", "img:1");
+        let ds = agent_daemonset("hs", &pod_of(&["--agent-image=img:1"]));
         let spec = ds.spec.template.spec.unwrap();
         assert_eq!(spec.node_selector.unwrap()[AGENT_NODE_LABEL], "true");
         assert_eq!(spec.host_network, Some(true));
+        assert_eq!(
+            spec.priority_class_name.as_deref(),
+            Some("system-node-critical")
+        );
+        assert_eq!(
+            spec.tolerations.unwrap()[0].operator.as_deref(),
+            Some("Exists")
+        );
         let c = &spec.containers[0];
         assert_eq!(c.image.as_deref(), Some("img:1"));
+        assert_eq!(c.command.as_ref().unwrap()[0], AGENT_BINARY);
         assert!(c
             .args
             .as_ref()
             .unwrap()
             .contains(&"--proc-root=/host/proc".to_string()));
+        let env = c.env.as_ref().unwrap();
+        assert!(!env.iter().any(|e| e.name == "KUBERNETES_SERVICE_HOST"));
+        let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+        assert_eq!(requests["memory"].0, "32Mi");
+    }
+
+    #[test]
+    fn the_flags_set_image_placement_resources_priority_and_api_server() {
+        let pod = pod_of(&[
+            "--agent-image=registry.example/hs:2",
+            "--agent-image-pull-policy=Never",
+            r#"--agent-node-selector={"pool":"edge","hoststack.dev/agent":"false"}"#,
+            r#"--agent-tolerations=[{"key":"dedicated","operator":"Equal","value":"net","effect":"NoSchedule"}]"#,
+            r#"--agent-resources={"requests":{"cpu":"50m"},"limits":{"memory":"1Gi"}}"#,
+            "--agent-priority-class=",
+            "--agent-api-server-host=198.18.0.1",
+            "--agent-api-server-port=6443",
+        ]);
+        let spec = agent_daemonset("hs", &pod).spec.template.spec.unwrap();
+        let selector = spec.node_selector.unwrap();
+        assert_eq!(selector["pool"], "edge");
+        // The agent label cannot be overridden: it is how the operator places agents.
+        assert_eq!(selector[AGENT_NODE_LABEL], "true");
+        let tolerations = spec.tolerations.unwrap();
+        assert_eq!(tolerations.len(), 1);
+        assert_eq!(tolerations[0].key.as_deref(), Some("dedicated"));
+        assert_eq!(spec.priority_class_name, None);
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some("registry.example/hs:2"));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["memory"].0, "1Gi");
+        let env: BTreeMap<_, _> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], Some("198.18.0.1"));
+        assert_eq!(env["KUBERNETES_SERVICE_PORT"], Some("6443"));
+    }
+
+    #[test]
+    fn bad_flag_values_are_refused_with_the_reason() {
+        let parse = |flags: &[&str]| parse(flags).unwrap_err().to_string();
+        let e = parse(&["--agent-tolerations={}"]);
+        assert!(
+            e.contains("--agent-tolerations") && e.contains("expected a sequence"),
+            "{e}"
+        );
+        let e = parse(&["--agent-api-server-host=10.0.0.1"]);
+        assert!(e.contains("--agent-api-server-port"), "{e}");
+        let e = parse(&["--agent-image-pull-policy=Sometimes"]);
+        assert!(e.contains("Sometimes"), "{e}");
     }
 
     #[test]

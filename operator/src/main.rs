@@ -61,7 +61,7 @@ async fn run(args: Args) -> Result<()> {
         .patch(
             AGENT_NAME,
             &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
-            &Patch::Apply(agent_daemonset(&args.namespace, &args.agent_image)),
+            &Patch::Apply(agent_daemonset(&args.namespace, &args.agent)),
         )
         .await?;
 
