@@ -13,6 +13,9 @@ pub enum NodeKind {
     /// plain process inside that namespace (`ip netns exec`).
     #[default]
     Process,
+    /// A qemu virtual machine (q35, TCG, an emulated Intel IOMMU, 2 NUMA nodes, a management
+    /// NIC and a 4-queue data NIC) whose guest runs the agent; see `docs/vm-node.md`.
+    Vm,
 }
 
 /// One node of the lab.
@@ -33,6 +36,15 @@ impl NodeSpec {
             name: name.into(),
             labels: BTreeMap::new(),
             kind: NodeKind::Process,
+        }
+    }
+
+    /// A VM node without labels.
+    pub fn vm(name: impl Into<String>) -> Self {
+        NodeSpec {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            kind: NodeKind::Vm,
         }
     }
 

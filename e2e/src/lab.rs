@@ -4,7 +4,7 @@ use crate::binaries::{repo_root, Binaries};
 use crate::command::{self, cmd};
 use crate::config::{validate_node_name, LabConfig, NodeKind, NodeSpec};
 use crate::process::{tail, Managed, Signal, Spawner};
-use crate::{network, pki, sweep, Error, Result};
+use crate::{network, pki, sweep, vm, Error, Result};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -19,6 +19,9 @@ pub const NAMESPACE: &str = "hoststack-system";
 
 /// How long the operator and agents get between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
+
+/// How long a VM node's guest may take from starting qemu until it is ready (TCG).
+const VM_BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Poll interval of [`Lab::wait_for`].
 const POLL: Duration = Duration::from_millis(250);
@@ -67,6 +70,8 @@ struct Node {
     netns: String,
     ip: Ipv4Addr,
     state_dir: PathBuf,
+    /// The running VM of a [`NodeKind::Vm`] node.
+    vm: Option<vm::Vm>,
 }
 
 #[derive(Default)]
@@ -121,7 +126,7 @@ impl Lab {
                 return Err(Error::Setup(format!("node {} is listed twice", node.name)));
             }
             match node.kind {
-                NodeKind::Process => {}
+                NodeKind::Process | NodeKind::Vm => {}
             }
         }
         if config.nodes.len() > 200 {
@@ -142,6 +147,7 @@ impl Lab {
                 netns: network::netns_name(index, &spec.name),
                 ip: network::node_ip(index, i),
                 state_dir: dir.join("nodes").join(&spec.name).join("state"),
+                vm: None,
             })
             .collect();
         let kubeconfigs = [
@@ -339,6 +345,36 @@ impl Lab {
                 pki::Credentials::Token(token.trim()),
             )?;
         }
+        for node in &self.nodes {
+            // Every lab node is a Node object without a kubelet (process and VM nodes), so the
+            // token's Pod stays Pending and nothing runs it.
+            match node.spec.kind {
+                NodeKind::Process | NodeKind::Vm => {}
+            }
+            let name = node.spec.name.as_str();
+            let pod = token_pod(name);
+            self.kubectl_checked(&["apply", "-f", "-"], Some(&token_pod_object(name)))?;
+            let token = self.kubectl_checked(
+                &[
+                    "create",
+                    "token",
+                    "hoststack-agent",
+                    "-n",
+                    NAMESPACE,
+                    "--bound-object-kind=Pod",
+                    &format!("--bound-object-name={pod}"),
+                    "--duration=24h",
+                ],
+                None,
+            )?;
+            pki::write_kubeconfig(
+                &self.agent_kubeconfig(name),
+                &self.api_url,
+                &pki.ca_cert,
+                "hoststack-agent",
+                pki::Credentials::Token(token.trim()),
+            )?;
+        }
 
         phase(self, "tokens minted");
         if self.config.start_operator {
@@ -346,9 +382,12 @@ impl Lab {
         }
         if self.config.start_agents {
             for node in self.node_names() {
-                self.spawn_agent(&node, &[])?;
+                if self.node(&node).spec.kind == NodeKind::Process {
+                    self.spawn_agent(&node, &[])?;
+                }
             }
         }
+        self.boot_vms()?;
         phase(self, "operator and agents started");
         Ok(())
     }
@@ -366,7 +405,8 @@ impl Lab {
         }
     }
 
-    /// `helm template` of the chart's ServiceAccounts and RBAC, with the built helm.
+    /// `helm template` of the chart's ServiceAccounts, RBAC and per-node write guard (the
+    /// ValidatingAdmissionPolicy), with the built helm.
     fn render_chart_rbac(&self) -> Result<String> {
         let helm_home = self.dir.join("helm");
         let chart = self.repo.join("charts").join("hoststack");
@@ -377,6 +417,7 @@ impl Lab {
             .args(["--show-only", "templates/serviceaccounts.yaml"])
             .args(["--show-only", "templates/rbac-operator.yaml"])
             .args(["--show-only", "templates/rbac-agent.yaml"])
+            .args(["--show-only", "templates/node-write-guard.yaml"])
             .env("HELM_CACHE_HOME", helm_home.join("cache"))
             .env("HELM_CONFIG_HOME", helm_home.join("config"))
             .env("HELM_DATA_HOME", helm_home.join("data"));
@@ -442,7 +483,21 @@ impl Lab {
         let n = self.node(node);
         let mut args = strings(&["netns", "exec", &n.netns]);
         args.push(self.bins.agent.display().to_string());
-        args.extend(strings(&[
+        args.extend(self.agent_flags(node, &n.state_dir, &self.agent_bpffs_root(node)));
+        args.extend(strings(extra));
+        let agent = self.spawn(
+            &format!("agent {node}"),
+            Path::new("ip"),
+            &args,
+            &self.agent_env(node),
+        )?;
+        self.procs().agents.insert(node.to_string(), agent);
+        Ok(())
+    }
+
+    /// The flags every agent gets (a VM node's guest paths for state and bpffs differ).
+    fn agent_flags(&self, node: &str, state_dir: &Path, bpffs_root: &Path) -> Vec<String> {
+        let mut args = strings(&[
             "--node-name",
             node,
             "--proc-root",
@@ -450,20 +505,89 @@ impl Lab {
             "--sys-root",
             "/sys",
             "--state-dir",
-            &n.state_dir.display().to_string(),
+            &state_dir.display().to_string(),
             "--metrics-bind-address",
-            &SocketAddr::from((n.ip, AGENT_METRICS_PORT)).to_string(),
+            &SocketAddr::from((self.node(node).ip, AGENT_METRICS_PORT)).to_string(),
             "--bpffs-root",
-            &self.agent_bpffs_root(node).display().to_string(),
-        ]));
+            &bpffs_root.display().to_string(),
+        ]);
         args.extend(self.config.agent_args.iter().cloned());
-        args.extend(strings(extra));
-        let env = vec![
-            kv("KUBECONFIG", self.kubeconfig_of(Identity::Agent)),
+        args
+    }
+
+    /// The environment every agent gets.
+    fn agent_env(&self, node: &str) -> Vec<(String, String)> {
+        vec![
+            kv("KUBECONFIG", self.agent_kubeconfig(node)),
             kv("NODE_NAME", node),
-        ];
-        let agent = self.spawn(&format!("agent {node}"), Path::new("ip"), &args, &env)?;
-        self.procs().agents.insert(node.to_string(), agent);
+        ]
+    }
+
+    /// Prepares and starts every VM node's qemu (with the agent inside when agents are
+    /// started), then waits until each guest is ready.
+    fn boot_vms(&mut self) -> Result<()> {
+        let mut launched = Vec::new();
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].spec.kind != NodeKind::Vm {
+                continue;
+            }
+            let node = self.nodes[i].spec.name.clone();
+            let agent = self.config.start_agents.then(|| vm::AgentLaunch {
+                program: self.bins.agent.clone(),
+                args: self.agent_flags(
+                    &node,
+                    Path::new(vm::GUEST_STATE_DIR),
+                    Path::new(vm::GUEST_BPFFS_ROOT),
+                ),
+                env: self.agent_env(&node),
+            });
+            let place = vm::Placement {
+                lab_dir: &self.dir,
+                index: self.index,
+                position: i,
+                node: &node,
+                netns: &self.nodes[i].netns,
+                ip: self.nodes[i].ip,
+                gateway: network::bridge_ip(self.index),
+            };
+            let machine = vm::Vm::prepare(&place, agent.as_ref())?;
+            // The guest's agent log, where diagnostics look for every agent's log.
+            let _ = std::os::unix::fs::symlink(
+                machine.agent_log(),
+                self.log_path(&format!("agent-{node}")),
+            );
+            let qemu = self.spawn(
+                &machine.process_name(),
+                Path::new("ip"),
+                &machine.launch_args(),
+                &[],
+            )?;
+            self.procs().helpers.insert(machine.process_name(), qemu);
+            self.note(&format!(
+                "VM node {node}: kernel {} ready and initramfs built in {:.2}s",
+                machine.kernel_release(),
+                machine.prepared_in().as_secs_f64()
+            ));
+            self.nodes[i].vm = Some(machine);
+            launched.push((i, Instant::now()));
+        }
+        for (i, started) in launched {
+            let machine = self.nodes[i].vm.as_ref().expect("prepared above");
+            let name = machine.process_name();
+            let booted = machine.await_boot(started, VM_BOOT_TIMEOUT, || {
+                self.procs()
+                    .helpers
+                    .get_mut(&name)
+                    .map_or(Some("gone".to_string()), |p| {
+                        p.exited().map(|s| s.to_string())
+                    })
+            })?;
+            self.note(&format!(
+                "VM node {}: guest ready {:.2}s after qemu started",
+                self.nodes[i].spec.name,
+                booted.as_secs_f64()
+            ));
+        }
         Ok(())
     }
 
@@ -527,6 +651,13 @@ impl Lab {
         let mut errors = Vec::new();
         let procs = self.procs.get_mut().unwrap_or_else(PoisonError::into_inner);
 
+        // VM nodes first: each guest stops its agent and powers off, then its taps go.
+        for node in &self.nodes {
+            if let Some(machine) = &node.vm {
+                let qemu = procs.helpers.remove(&machine.process_name());
+                errors.extend(machine.power_off(qemu));
+            }
+        }
         // Operator and agents first, all at once, while the API server still answers them.
         let mut workload: Vec<Managed> = procs.operator.take().into_iter().collect();
         workload.extend(std::mem::take(&mut procs.replicas).into_values());
@@ -631,6 +762,21 @@ impl Lab {
         &self.kubeconfigs[&identity]
     }
 
+    /// The kubeconfig of `node`'s agent: a token of the agents' ServiceAccount bound to a Pod
+    /// on that node, so it carries the node-name claim that the chart's write guard checks
+    /// (as a DaemonSet pod's projected token does).
+    pub fn agent_kubeconfig(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("agent-{node}.kubeconfig"))
+    }
+
+    /// Runs kubectl with `node`'s agent credentials ([`Lab::agent_kubeconfig`]).
+    pub fn kubectl_as_agent_of(&self, node: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut kubectl = self.kubectl_command(Identity::Agent, args);
+        kubectl.env("KUBECONFIG", self.agent_kubeconfig(node));
+        command::output(&mut kubectl, stdin.map(str::as_bytes))
+            .unwrap_or_else(|e| panic!("running kubectl: {e}"))
+    }
+
     /// The node names, in configuration order.
     pub fn node_names(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.spec.name.clone()).collect()
@@ -698,6 +844,20 @@ impl Lab {
     /// (`<lab dir>/bpffs/<node>`), where it pins its XDP programs, links and maps.
     pub fn agent_bpffs_root(&self, node: &str) -> PathBuf {
         bpffs_dir(&self.dir).join(node)
+    }
+
+    /// Whether `node` is a VM node.
+    pub fn is_vm(&self, node: &str) -> bool {
+        self.node(node).spec.kind == NodeKind::Vm
+    }
+
+    /// The VM of VM node `node` (its command channel, console log, agent). Panics when `node`
+    /// is not a VM node.
+    pub fn vm(&self, node: &str) -> &vm::Vm {
+        self.node(node)
+            .vm
+            .as_ref()
+            .unwrap_or_else(|| panic!("{node} is not a running VM node"))
     }
 
     /// The agent's `--state-dir` for `node` (its journal lives here).
@@ -1000,6 +1160,12 @@ impl Lab {
                 .map(|p| p.name.replace(' ', "-")),
         );
         logs.extend(self.nodes.iter().map(|n| format!("agent-{}", n.spec.name)));
+        logs.extend(
+            self.nodes
+                .iter()
+                .filter(|n| n.vm.is_some())
+                .map(|n| format!("console-{}", n.spec.name)),
+        );
         for log in logs {
             let path = self.log_path(&log);
             if path.exists() {
@@ -1046,8 +1212,40 @@ fn node_object(node: &Node) -> String {
         "metadata": {
             "name": node.spec.name,
             "labels": labels,
-            "annotations": {"hoststack.dev/lab-node-kind": "process"},
+            "annotations": {"hoststack.dev/lab-node-kind": match node.spec.kind {
+                NodeKind::Process => "process",
+                NodeKind::Vm => "vm",
+            }},
         },
+    });
+    // JSON is YAML.
+    format!("{object}\n")
+}
+
+/// Name of the Pod that `node`'s agent token is bound to.
+fn token_pod(node: &str) -> String {
+    format!("hoststack-agent-token-{node}")
+}
+
+/// A Pod on `node` that only anchors its agent's bound token: the API server puts the node's
+/// name into tokens bound to a Pod with a nodeName. No kubelet runs it (an image that never
+/// pulls, every taint tolerated so that no controller evicts it).
+fn token_pod_object(node: &str) -> String {
+    let object = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": token_pod(node), "namespace": NAMESPACE},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": "hoststack-agent",
+            "automountServiceAccountToken": false,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "token-anchor",
+                "image": "hoststack.invalid/token-anchor",
+                "imagePullPolicy": "Never"
+            }]
+        }
     });
     // JSON is YAML.
     format!("{object}\n")

@@ -27,6 +27,7 @@ mod process;
 pub mod prometheus;
 mod sweep;
 pub mod traffic;
+pub mod vm;
 
 pub use config::{LabConfig, NodeKind, NodeSpec};
 pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};

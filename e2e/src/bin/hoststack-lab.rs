@@ -1,13 +1,14 @@
 //! `hoststack-lab`: the local lab from the command line.
 //!
-//! - `hoststack-lab up [--nodes 3]` starts a lab (node-a and node-b labelled pool=edge, node-c
-//!   pool=core), applies examples/, and shows `kubectl get networktunings,nodetunings` every
-//!   few seconds until Ctrl-C or SIGTERM, then tears everything down.
+//! - `hoststack-lab up [--nodes 3] [--vm-nodes 1]` starts a lab (node-a and node-b labelled
+//!   pool=edge, node-c pool=core, and VM node vm-a labelled pool=vm), applies examples/, and
+//!   shows `kubectl get networktunings,nodetunings` every few seconds until Ctrl-C or SIGTERM,
+//!   then tears everything down.
 //! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
 //!   devices, directories); `--all` also stops labs that are still running.
 
 use clap::{Parser, Subcommand};
-use hoststack_e2e::{Lab, LabConfig};
+use hoststack_e2e::{Lab, LabConfig, NodeSpec};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -29,6 +30,10 @@ enum Cmd {
         /// Number of nodes (node-a, node-b, ...; the last is pool=core, the others pool=edge).
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// Number of VM nodes (vm-a, vm-b, ...: qemu guests with an IOMMU, 2 NUMA nodes and a
+        /// 4-queue data NIC, pool=vm; see docs/vm-node.md), after the namespace nodes.
+        #[arg(long, default_value_t = 1)]
+        vm_nodes: usize,
         /// Directory of NetworkTuning examples to apply (default: the repository's examples/).
         #[arg(long)]
         examples: Option<PathBuf>,
@@ -49,9 +54,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Up {
             nodes,
+            vm_nodes,
             examples,
             interval,
-        } => up(nodes, examples, Duration::from_secs(interval.max(1))),
+        } => up(
+            nodes,
+            vm_nodes,
+            examples,
+            Duration::from_secs(interval.max(1)),
+        ),
         Cmd::Down { all } => down(all),
     };
     match result {
@@ -63,7 +74,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn up(nodes: usize, examples: Option<PathBuf>, interval: Duration) -> Result<(), String> {
+fn up(
+    nodes: usize,
+    vm_nodes: usize,
+    examples: Option<PathBuf>,
+    interval: Duration,
+) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -80,8 +96,12 @@ fn up(nodes: usize, examples: Option<PathBuf>, interval: Duration) -> Result<(),
         .map_err(|e| e.to_string())?;
 
     let started = Instant::now();
-    eprintln!("hoststack-lab: starting a lab with {nodes} nodes ...");
-    let lab = Lab::start(LabConfig::with_nodes(nodes)).map_err(|e| e.to_string())?;
+    eprintln!("hoststack-lab: starting a lab with {nodes} nodes and {vm_nodes} VM nodes ...");
+    let mut config = LabConfig::with_nodes(nodes);
+    config
+        .nodes
+        .extend((0..vm_nodes).map(|i| NodeSpec::vm(vm_node_name(i)).label("pool", "vm")));
+    let lab = Lab::start(config).map_err(|e| e.to_string())?;
     eprintln!(
         "hoststack-lab: lab {} up in {:.1}s at {} (directory {})",
         lab.index(),
@@ -95,6 +115,17 @@ fn up(nodes: usize, examples: Option<PathBuf>, interval: Duration) -> Result<(),
     println!("export KUBECONFIG={}", lab.kubeconfig().display());
     println!("export PATH={kubectl_dir}:$PATH");
     for node in lab.node_names() {
+        if lab.is_vm(&node) {
+            let vm = lab.vm(&node);
+            println!(
+                "#   {node}: VM ({}), booted in {:.1}s; console: less {}; agent log: {}",
+                lab.node_ip(&node),
+                vm.booted_in().unwrap_or_default().as_secs_f64(),
+                vm.console_log().display(),
+                vm.agent_log().display()
+            );
+            continue;
+        }
         println!(
             "#   {node}: ip netns exec {} ...   ({})",
             lab.netns(&node),
@@ -202,6 +233,14 @@ fn down(all: bool) -> Result<(), String> {
         Ok(())
     } else {
         Err(report.errors.join("; "))
+    }
+}
+
+/// vm-a, vm-b, ..., vm-z, vm-26, ...
+fn vm_node_name(i: usize) -> String {
+    match u8::try_from(i) {
+        Ok(i) if i < 26 => format!("vm-{}", char::from(b'a' + i)),
+        _ => format!("vm-{i}"),
     }
 }
 

@@ -1,0 +1,146 @@
+//! The qemu command line of a VM node (the recipe of LAB-FACTS section 3).
+//!
+//! q35 under TCG (KVM hangs at boot on this machine), an Intel IOMMU with interrupt remapping
+//! and device IOTLB (created before the devices behind it), 2 vCPUs and 2 GiB split over 2 NUMA
+//! nodes, the serial console to a file, and:
+//! - `00:02.0` the management NIC (virtio-net, tap `tapm`);
+//! - `00:03.0` the data NIC: modern-only virtio-net with `iommu_platform=on,ats=on` (without
+//!   iommu_platform the device bypasses the IOMMU and DPDK hangs at "Configuring Port 0"),
+//!   4 queue pairs on the multi-queue tap `tapd`, 10 MSI-X vectors (one per queue, config,
+//!   control);
+//! - the host root read-only (`host`) and the node's share read-write (`share`) over 9p.
+
+use std::path::PathBuf;
+
+/// vCPUs of a VM node (the host has 2 cores).
+pub(crate) const CPUS: u32 = 2;
+/// Guest memory in MiB, half on each NUMA node.
+pub(crate) const MEMORY_MIB: u32 = 2048;
+/// Queue pairs of the data NIC.
+pub(crate) const DATA_QUEUES: u32 = 4;
+/// The management NIC's PCI address in the guest.
+pub const MGMT_PCI: &str = "0000:00:02.0";
+/// The data NIC's PCI address in the guest.
+pub const DATA_PCI: &str = "0000:00:03.0";
+/// The management tap in the node's namespace.
+pub(crate) const MGMT_TAP: &str = "tapm";
+/// The data tap (multi-queue) in the node's namespace.
+pub(crate) const DATA_TAP: &str = "tapd";
+
+/// What varies between VM nodes.
+#[derive(Clone, Debug)]
+pub(crate) struct QemuSpec {
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    pub console_log: PathBuf,
+    pub share: PathBuf,
+    pub mgmt_mac: String,
+    pub data_mac: String,
+}
+
+/// The kernel command line.
+pub(crate) const APPEND: &str = "console=ttyS0 intel_iommu=on panic=-1 loglevel=5";
+
+/// The arguments of `qemu-system-x86_64` (without the program).
+pub(crate) fn args(spec: &QemuSpec) -> Vec<String> {
+    let half = MEMORY_MIB / 2;
+    let mut args: Vec<String> = [
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-vga",
+        "none",
+        "-no-reboot",
+        "-machine",
+        "q35,accel=tcg,kernel-irqchip=split",
+        "-cpu",
+        "max",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut push = |items: &[String]| args.extend(items.iter().cloned());
+    push(&[
+        "-smp".into(),
+        CPUS.to_string(),
+        "-m".into(),
+        format!("{MEMORY_MIB}M"),
+        "-object".into(),
+        format!("memory-backend-ram,id=mem0,size={half}M"),
+        "-object".into(),
+        format!("memory-backend-ram,id=mem1,size={half}M"),
+        "-numa".into(),
+        "node,nodeid=0,cpus=0,memdev=mem0".into(),
+        "-numa".into(),
+        "node,nodeid=1,cpus=1,memdev=mem1".into(),
+        "-device".into(),
+        "intel-iommu,intremap=on,device-iotlb=on".into(),
+        "-kernel".into(),
+        spec.kernel.display().to_string(),
+        "-initrd".into(),
+        spec.initramfs.display().to_string(),
+        "-append".into(),
+        APPEND.into(),
+        "-serial".into(),
+        format!("file:{}", spec.console_log.display()),
+        "-netdev".into(),
+        format!("tap,id=mgmt,ifname={MGMT_TAP},script=no,downscript=no"),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=mgmt,mac={},addr=0x2", spec.mgmt_mac),
+        "-netdev".into(),
+        format!("tap,id=data,ifname={DATA_TAP},script=no,downscript=no,queues={DATA_QUEUES}"),
+        "-device".into(),
+        format!(
+            "virtio-net-pci,netdev=data,mac={},addr=0x3,disable-legacy=on,iommu_platform=on,\
+             ats=on,mq=on,vectors={}",
+            spec.data_mac,
+            2 * DATA_QUEUES + 2
+        ),
+        "-virtfs".into(),
+        "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap".into(),
+        "-virtfs".into(),
+        format!(
+            "local,path={},mount_tag=share,security_model=none,multidevs=remap",
+            spec.share.display()
+        ),
+    ]);
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_iommu_comes_before_the_nics_and_the_data_nic_sits_behind_it() {
+        let spec = QemuSpec {
+            kernel: "/k".into(),
+            initramfs: "/i".into(),
+            console_log: "/c".into(),
+            share: "/s".into(),
+            mgmt_mac: "52:54:00:12:01:00".into(),
+            data_mac: "52:54:00:13:01:00".into(),
+        };
+        let args = args(&spec);
+        let at = |needle: &str| {
+            args.iter()
+                .position(|a| a.contains(needle))
+                .unwrap_or_else(|| panic!("no {needle} in {args:?}"))
+        };
+        assert!(at("intel-iommu") < at("virtio-net-pci,netdev=mgmt"));
+        let data = &args[at("virtio-net-pci,netdev=data")];
+        for flag in [
+            "iommu_platform=on",
+            "ats=on",
+            "mq=on",
+            "vectors=10",
+            "disable-legacy=on",
+        ] {
+            assert!(data.contains(flag), "{data}");
+        }
+        assert!(args[at("tap,id=data")].contains("queues=4"));
+        assert!(args.contains(&"q35,accel=tcg,kernel-irqchip=split".to_string()));
+        assert!(!args.iter().any(|a| a.starts_with("user")));
+    }
+}
