@@ -1,8 +1,16 @@
 # syntax=docker/dockerfile:1
 # hoststack's image: hoststack-operator and hoststack-agent in one image. The chart runs the
-# operator from it and the operator gives it to the agent DaemonSet.
+# operator from it and the operator gives it to the agent DaemonSet. One image rather than two:
+# one tag to pin and one pull per node, and the chart passes the same reference to both; the
+# two programs still run with different rights (the chart runs the operator as user 65532 with
+# every capability dropped; the agent's pod is privileged on the host network). The agent is
+# GPL-3.0-or-later (it links rustables), the operator Apache-2.0: see README.md, Licences.
 #
-#   docker build -t ghcr.io/hoststack/hoststack:dev .
+#   docker build -t ghcr.io/hoststack/hoststack:dev .                  # users: builds from source
+#   scripts/build-images.sh                                            # the lab: no registry
+#
+# Layout (both paths): /usr/local/bin/hoststack-operator, /usr/local/bin/hoststack-agent, and
+# /hoststack-agent -> /usr/local/bin/hoststack-agent (the agent DaemonSet's command).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
@@ -16,18 +24,37 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p hoststack-operator -p hoststack-agent \
- && mkdir -p /out \
- && cp target/release/hoststack-operator target/release/hoststack-agent /out/
+ && mkdir -p /out/usr/local/bin \
+ && cp target/release/hoststack-operator target/release/hoststack-agent /out/usr/local/bin/ \
+ && ln -s usr/local/bin/hoststack-agent /out/hoststack-agent
 
-FROM debian:${DEBIAN_RELEASE}-slim AS runtime
-# The agent shells out to nothing for sysctls; nftables, iproute2 and ethtool are there for
-# the knobs that later releases apply and for debugging a node from the agent's pod.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates iproute2 nftables ethtool \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=builder /out/hoststack-operator /out/hoststack-agent /usr/local/bin/
-LABEL org.opencontainers.image.source="https://github.com/hoststack/hoststack" \
-      org.opencontainers.image.description="hoststack operator and node agent" \
+# The lab's images, built by scripts/build-images.sh with buildah from a context directory it
+# fills on the host (static musl binaries, a static pause program): nothing is pulled.
+FROM scratch AS lab
+COPY rootfs/ /
+LABEL org.opencontainers.image.title="hoststack (lab build)" \
+      org.opencontainers.image.source="https://github.com/hoststack/hoststack" \
+      org.opencontainers.image.description="hoststack operator and node agent, static binaries" \
+      org.opencontainers.image.licenses="Apache-2.0 AND GPL-3.0-or-later"
+ENTRYPOINT ["/usr/local/bin/hoststack-operator"]
+
+# The lab nodes' sandbox image: one static program that holds a pod's namespaces, reaps
+# children and exits on SIGTERM (e2e/pause/pause.c).
+FROM scratch AS lab-pause
+COPY pause /pause
+LABEL org.opencontainers.image.title="hoststack lab pause" \
       org.opencontainers.image.licenses="Apache-2.0"
-# The operator runs as non-root (the chart sets runAsUser); the agent needs root on the host.
+ENTRYPOINT ["/pause"]
+
+# Users' image (the default target). Both programs are self-contained Rust binaries that shell
+# out to nothing and verify the API server with the CA from their kubeconfig or service
+# account, so the runtime needs only glibc: no packages are installed.
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+COPY --from=builder /out/ /
+LABEL org.opencontainers.image.title="hoststack" \
+      org.opencontainers.image.source="https://github.com/hoststack/hoststack" \
+      org.opencontainers.image.description="hoststack operator and node agent" \
+      org.opencontainers.image.licenses="Apache-2.0 AND GPL-3.0-or-later"
+# No USER here: the agent must be root on its node; the chart runs the operator as 65532
+# (runAsNonRoot, all capabilities dropped, read-only root filesystem).
 ENTRYPOINT ["/usr/local/bin/hoststack-operator"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the lab's control plane from Go modules and caches the binaries per version
-# outside the repository: etcd, kube-apiserver, kubectl and helm.
+# outside the repository: etcd, kube-apiserver, kubectl, helm, and for real nodes kubelet,
+# kube-controller-manager, kube-scheduler and containerd (with ctr and containerd-shim-runc-v2).
 #
 #   scripts/build-control-plane.sh          # prints the bin directory when done
 #
@@ -11,49 +12,54 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 HELM_VERSION=${HELM_VERSION:-4.3.1}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.4.2}
 CACHE=${HOSTSTACK_CACHE:-/var/cache/hoststack}
 export GOFLAGS=${GOFLAGS:--mod=mod}
 export GOTOOLCHAIN=local
 
 log() { echo "[control-plane] $*" >&2; }
 
+# The Kubernetes commands built from one wrapper module; a cached directory that lacks one of
+# them (an older checkout built only the first two) gets the missing ones added.
+K8S_COMMANDS="kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler"
+
 build_kubernetes() {
-  local dir="$CACHE/kubernetes-v$K8S_VERSION" minor staging
-  [ -x "$dir/bin/kube-apiserver" ] && [ -x "$dir/bin/kubectl" ] && return 0
-  log "building kube-apiserver and kubectl v$K8S_VERSION (about 5 minutes the first time)"
+  local dir="$CACHE/kubernetes-v$K8S_VERSION" minor staging cmd missing=""
+  for cmd in $K8S_COMMANDS; do
+    [ -x "$dir/bin/$cmd" ] || missing="$missing $cmd"
+  done
+  [ -z "$missing" ] && return 0
+  log "building$missing v$K8S_VERSION (about 5 minutes the first time)"
   mkdir -p "$dir/src" "$dir/bin"
   minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   staging="0.${K8S_VERSION#1.}"
-  local kmod
-  kmod=$(cd "$dir/src" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  if [ ! -f "$dir/src/go.mod" ]; then
+    local kmod
+    kmod=$(cd "$dir/src" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    {
+      echo "module hoststack.dev/controlplane"
+      echo
+      echo "go $(go env GOVERSION | sed 's/^go//')"
+      echo
+      echo "require k8s.io/kubernetes v$K8S_VERSION"
+      echo
+      grep -E '^\s*k8s.io/[a-z-]+ => ./staging/' "$kmod" | awk -v v="v$staging" '{print "replace " $1 " => " $1 " " v}'
+    } >"$dir/src/go.mod"
+  fi
   {
-    echo "module hoststack.dev/controlplane"
-    echo
-    echo "go $(go env GOVERSION | sed 's/^go//')"
-    echo
-    echo "require k8s.io/kubernetes v$K8S_VERSION"
-    echo
-    grep -E '^\s*k8s.io/[a-z-]+ => ./staging/' "$kmod" | awk -v v="v$staging" '{print "replace " $1 " => " $1 " " v}'
-  } >"$dir/src/go.mod"
-  cat >"$dir/src/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for cmd in $K8S_COMMANDS; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$cmd"; done
+    printf ')\n'
+  } >"$dir/src/tools.go"
   (cd "$dir/src" && go mod tidy)
   local ld="" pkg
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld="$ld -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   done
-  (cd "$dir/src" && go build -ldflags "$ld" -o "$dir/bin/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver \
-    && go build -ldflags "$ld" -o "$dir/bin/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
-  mv "$dir/bin/kube-apiserver.tmp" "$dir/bin/kube-apiserver"
-  mv "$dir/bin/kubectl.tmp" "$dir/bin/kubectl"
+  for cmd in $missing; do
+    (cd "$dir/src" && go build -ldflags "$ld" -o "$dir/bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+    mv "$dir/bin/$cmd.tmp" "$dir/bin/$cmd"
+  done
 }
 
 build_etcd() {
@@ -78,13 +84,38 @@ build_helm() {
   mv "$dir/bin/helm.tmp" "$dir/bin/helm"
 }
 
+# containerd for the real nodes: its own wrapper module (its dependencies differ from
+# Kubernetes'), built without cgo so the binaries need nothing from the host.
+CONTAINERD_COMMANDS="containerd ctr containerd-shim-runc-v2"
+
+build_containerd() {
+  local dir="$CACHE/containerd-v$CONTAINERD_VERSION" cmd missing=""
+  for cmd in $CONTAINERD_COMMANDS; do
+    [ -x "$dir/bin/$cmd" ] || missing="$missing $cmd"
+  done
+  [ -z "$missing" ] && return 0
+  log "building$missing v$CONTAINERD_VERSION"
+  mkdir -p "$dir/src" "$dir/bin"
+  (cd "$dir/src" && { [ -f go.mod ] || go mod init hoststack.dev/containerd >/dev/null 2>&1; } \
+    && go get "github.com/containerd/containerd/v2@v$CONTAINERD_VERSION")
+  for cmd in $missing; do
+    (cd "$dir/src" && CGO_ENABLED=0 go build -o "$dir/bin/$cmd.tmp" "github.com/containerd/containerd/v2/cmd/$cmd")
+    mv "$dir/bin/$cmd.tmp" "$dir/bin/$cmd"
+  done
+}
+
 mkdir -p "$CACHE/bin"
 build_etcd
 build_kubernetes
 build_helm
+build_containerd
 # One directory on PATH for the lab: links to the versions this checkout asks for.
 ln -sfn "$CACHE/etcd-v$ETCD_VERSION/bin/etcd" "$CACHE/bin/etcd"
-ln -sfn "$CACHE/kubernetes-v$K8S_VERSION/bin/kube-apiserver" "$CACHE/bin/kube-apiserver"
-ln -sfn "$CACHE/kubernetes-v$K8S_VERSION/bin/kubectl" "$CACHE/bin/kubectl"
+for cmd in $K8S_COMMANDS; do
+  ln -sfn "$CACHE/kubernetes-v$K8S_VERSION/bin/$cmd" "$CACHE/bin/$cmd"
+done
+for cmd in $CONTAINERD_COMMANDS; do
+  ln -sfn "$CACHE/containerd-v$CONTAINERD_VERSION/bin/$cmd" "$CACHE/bin/$cmd"
+done
 ln -sfn "$CACHE/helm-v$HELM_VERSION/bin/helm" "$CACHE/bin/helm"
 echo "$CACHE/bin"

@@ -29,11 +29,12 @@ fi
 # qemu-system-x86, busybox-static, kmod, cpio, zstd: the lab's VM node (its kernel, initramfs
 # and modules); dpdk, dpdk-dev, librte-net-virtio23: DPDK in the VM node and userstack's `dpdk`
 # feature. buildah, runc, containernetworking-plugins: images and real kubelet nodes. curl, wrk:
-# real HTTP clients against the user-space stack.
+# real HTTP clients against the user-space stack. musl-tools: the lab image's static binaries
+# (scripts/build-images.sh; ring's C code is compiled with musl-gcc).
 PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config
   prometheus iperf3 prometheus-node-exporter clang llvm libbpf-dev iputils-ping ethtool
   qemu-system-x86 busybox-static kmod cpio zstd dpdk dpdk-dev librte-net-virtio23
-  buildah runc containernetworking-plugins curl wrk)
+  buildah runc containernetworking-plugins curl wrk musl-tools)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
