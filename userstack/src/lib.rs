@@ -2,13 +2,15 @@
 //!
 //! Layers, bottom up: [`wire`] (packet formats), [`tcp`] (one connection's sans-IO state
 //! machine), [`stack`] (a per-core instance with flow table, listeners, ARP and timers),
-//! [`device`] (batched frame I/O) and [`sim`] (a deterministic discrete-event network to
-//! judge it). The caller owns time ([`time::Instant`]) and I/O.
+//! [`device`] (batched frame I/O: memory, AF_XDP, TAP), [`runtime`] (shards pinned to
+//! cores on real packets, with services) and [`sim`] (a deterministic discrete-event network
+//! to judge it). The caller owns time ([`time::Instant`]) and I/O.
 
 #![warn(missing_docs)]
 
 pub mod counters;
 pub mod device;
+pub mod runtime;
 pub mod sim;
 pub mod stack;
 pub mod tcp;

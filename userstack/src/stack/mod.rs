@@ -80,7 +80,7 @@ impl StackConfig {
 
 /// Names a connection: a slot index plus a generation, so a stale handle never reaches a
 /// slot's next occupant.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct SocketHandle {
     index: u32,
     generation: u32,
@@ -265,26 +265,47 @@ impl Stack {
         remote: SocketAddrV4,
         config: tcp::Config,
     ) -> Result<SocketHandle, Error> {
-        let config = self.fit_to_mtu(config);
         let (low, high) = self.config.ephemeral_ports;
         let span = u32::from(high - low) + 1;
         for _ in 0..span {
             let port = self.next_port;
             self.next_port = if port >= high { low } else { port + 1 };
-            let tuple = FourTuple {
-                local: SocketAddrV4::new(self.config.ip, port),
-                remote,
-            };
-            if self.flows.contains_key(&tuple) || self.listeners.contains_key(&port) {
-                continue;
+            if let Ok(handle) = self.connect_from(port, remote, config) {
+                return Ok(handle);
             }
-            let iss = self.iss(&tuple);
-            let entropy = mix(u64::from(iss.0) ^ self.config.secret.rotate_left(17));
-            let conn = Connection::connect(config, tuple.local, remote, iss, entropy, self.now);
-            let handle = self.insert(conn, Owner::User);
-            return Ok(handle);
         }
         Err(Error::NoPortAvailable)
+    }
+
+    /// Whether local port `port` toward `remote` is in use (by a flow or a listener).
+    pub fn port_in_use(&self, port: u16, remote: SocketAddrV4) -> bool {
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(self.config.ip, port),
+            remote,
+        };
+        self.flows.contains_key(&tuple) || self.listeners.contains_key(&port)
+    }
+
+    /// Active open to `remote` from local port `port`, chosen by the caller (the runtime
+    /// picks one whose replies the NIC's RSS steers to this instance's queue).
+    pub fn connect_from(
+        &mut self,
+        port: u16,
+        remote: SocketAddrV4,
+        config: tcp::Config,
+    ) -> Result<SocketHandle, Error> {
+        if self.port_in_use(port, remote) {
+            return Err(Error::AddressInUse);
+        }
+        let config = self.fit_to_mtu(config);
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(self.config.ip, port),
+            remote,
+        };
+        let iss = self.iss(&tuple);
+        let entropy = mix(u64::from(iss.0) ^ self.config.secret.rotate_left(17));
+        let conn = Connection::connect(config, tuple.local, remote, iss, entropy, self.now);
+        Ok(self.insert(conn, Owner::User))
     }
 
     /// Queues bytes; returns how many were taken.

@@ -1,19 +1,10 @@
-//! The boundary to packet I/O: a device moves Ethernet frames in batches. Backends (this
-//! in-memory link now; TAP and AF_XDP later) plug in here without touching the engine.
+//! An in-memory point-to-point link: two [`MemoryPort`]s joined back to back, for tests and
+//! benchmarks of the stack without a kernel.
 
-use crate::stack::Stack;
-use crate::time::Instant;
+use super::Device;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
-
-/// A source and sink of Ethernet frames, moved in batches.
-pub trait Device {
-    /// Appends up to `max` received frames to `batch`.
-    fn receive(&mut self, batch: &mut Vec<Vec<u8>>, max: usize);
-    /// Takes every frame of `batch` for transmission, leaving it empty.
-    fn transmit(&mut self, batch: &mut Vec<Vec<u8>>);
-}
 
 type Queue = Rc<RefCell<VecDeque<Vec<u8>>>>;
 
@@ -56,36 +47,13 @@ impl Device for MemoryPort {
     }
 }
 
-/// Scratch batches for [`poll_device`], kept across calls so polling does not allocate.
-#[derive(Debug, Default)]
-pub struct Batches {
-    rx: Vec<Vec<u8>>,
-    tx: Vec<Vec<u8>>,
-}
-
-/// One turn of a stack on a device: receive a batch of up to `batch` frames, run timers,
-/// transmit everything ready. Returns the number of frames received plus sent.
-pub fn poll_device(
-    stack: &mut Stack,
-    device: &mut impl Device,
-    now: Instant,
-    batch: usize,
-    scratch: &mut Batches,
-) -> usize {
-    device.receive(&mut scratch.rx, batch);
-    let received = scratch.rx.len();
-    stack.ingress(now, &mut scratch.rx);
-    stack.poll_timers(now);
-    stack.egress(now, &mut scratch.tx);
-    let sent = scratch.tx.len();
-    device.transmit(&mut scratch.tx);
-    received + sent
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::{poll_device, Batches};
+    use crate::stack::Stack;
     use crate::stack::StackConfig;
+    use crate::time::Instant;
     use crate::wire::EthernetAddress;
     use std::net::{Ipv4Addr, SocketAddrV4};
 

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The userstack's AF_XDP redirect program. Frames for the user-space stack go to the AF_XDP
+// socket of the queue they arrived on (through the `xsks` XSKMAP); everything else passes to
+// the kernel, so management traffic on the same NIC is untouched. The stack's frames are:
+//   - ARP whose target protocol address is the stack's address;
+//   - IPv4 TCP to the stack's address whose destination port is a service port (`ports`) or
+//     lies in the stack's ephemeral range (replies to connections the stack opened).
+// `settings` holds [address (network order), first ephemeral port, last ephemeral port].
+// A queue without a socket falls back to XDP_PASS (bpf_redirect_map's default action).
+// Only packet bytes are read: no CO-RE, so it loads on kernels without vmlinux BTF.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define SETTING_ADDRESS 0
+#define SETTING_EPHEMERAL_FIRST 1
+#define SETTING_EPHEMERAL_LAST 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u16);
+	__type(value, __u8);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, __u32);
+} settings SEC(".maps");
+
+// ARP for IPv4 over Ethernet: the target protocol address sits 24 bytes into the ARP payload.
+#define ARP_TPA_OFFSET 24
+#define ARP_LEN 28
+
+static __always_inline __u32 setting(__u32 index)
+{
+	__u32 *value = bpf_map_lookup_elem(&settings, &index);
+	return value ? *value : 0;
+}
+
+static __always_inline int is_stack_port(__u16 port)
+{
+	if (bpf_map_lookup_elem(&ports, &port))
+		return 1;
+	return port >= setting(SETTING_EPHEMERAL_FIRST) && port <= setting(SETTING_EPHEMERAL_LAST);
+}
+
+SEC("xdp")
+int userstack_redirect(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	__u32 address;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	address = setting(SETTING_ADDRESS);
+	if (address == 0)
+		return XDP_PASS;
+
+	if (eth->h_proto == bpf_htons(ETH_P_ARP)) {
+		__u8 *arp = (void *)(eth + 1);
+		__u32 target;
+
+		if ((void *)(arp + ARP_LEN) > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(&target, arp + ARP_TPA_OFFSET, sizeof(target));
+		if (target != address)
+			return XDP_PASS;
+		return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	}
+
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	struct iphdr *ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return XDP_PASS;
+	if (ip->daddr != address || ip->protocol != IPPROTO_TCP || ip->ihl < 5)
+		return XDP_PASS;
+	struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
+	if ((void *)(tcp + 1) > data_end)
+		return XDP_PASS;
+	if (!is_stack_port(bpf_ntohs(tcp->dest)))
+		return XDP_PASS;
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
+// Only helpers open to any license are used.
+char LICENSE[] SEC("license") = "Apache-2.0";

@@ -1,0 +1,44 @@
+//! Compiles the AF_XDP redirect program (`bpf/redirect.c`) with clang into a BPF object that
+//! the AF_XDP device embeds (`include_bytes!` of `$OUT_DIR/redirect.o`).
+//!
+//! `clang -O2 -g -target bpf`, without CO-RE: the program reads only packet bytes, so it loads
+//! on kernels without BTF for vmlinux (as the agent's programs do, see node-agent/build.rs).
+//! The headers come from libbpf-dev (`bpf/bpf_helpers.h`) and the kernel UAPI headers.
+//! `CLANG` names another clang binary.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
+    // Debian keeps asm/types.h under the multiarch include directory.
+    let multiarch = format!("/usr/include/{arch}-linux-gnu");
+    let source = "bpf/redirect.c";
+    println!("cargo:rerun-if-env-changed=CLANG");
+    println!("cargo:rerun-if-changed={source}");
+    let result = Command::new(&clang)
+        .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+        .arg("-I")
+        .arg(&multiarch)
+        .arg("-c")
+        .arg(source)
+        .arg("-o")
+        .arg(out.join("redirect.o"))
+        .output();
+    match result {
+        Err(e) => panic!(
+            "building the AF_XDP redirect program needs clang (tried {clang:?}: {e}); install \
+             clang, llvm and libbpf-dev (scripts/setup.sh does), or set CLANG"
+        ),
+        Ok(o) if !o.status.success() => panic!(
+            "clang failed to compile {source} ({}):\n{}\n(the program needs libbpf-dev's \
+             bpf/bpf_helpers.h and the kernel UAPI headers)",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Ok(_) => {}
+    }
+}

@@ -1,0 +1,297 @@
+//! The runtime that puts stacks on real packets: one [`shard::Shard`] per dedicated core,
+//! each pinned with sched_setaffinity and serving one device queue, the [`services`] on
+//! their listeners, a graceful stop, and the [`stats`] the runner publishes. Flows reach
+//! their shard through the NIC's RSS ([`toeplitz`]); an active open picks a source port that
+//! hashes back to its own queue ([`toeplitz::RssTable::port_for_queue`]).
+
+pub mod config;
+pub mod interface;
+pub mod services;
+pub mod shard;
+pub mod stats;
+pub mod toeplitz;
+
+pub use config::{Backend, Config, ServiceKind};
+
+use crate::device::af_xdp::XdpSocket;
+use crate::device::tap::Tap;
+use crate::device::xdp_redirect::{RedirectProgram, RedirectRules};
+use crate::device::Device;
+use crate::stack::{Stack, StackConfig};
+use crate::tcp;
+use crate::time::Instant;
+use services::{HttpResponses, ServiceSpec};
+use shard::{Control, Shard, ShardFigures};
+use stats::{RunState, ServiceStats, ShardStats, Stats, StopStats};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Running shards and what keeps their traffic flowing (the XDP program).
+#[derive(Debug)]
+pub struct Runtime {
+    control: Arc<Control>,
+    shards: Vec<(usize, Arc<ShardFigures>)>,
+    threads: Vec<JoinHandle<()>>,
+    /// Detached when dropped, after the shards stopped.
+    redirect: Option<RedirectProgram>,
+    backend: Backend,
+    mode: &'static str,
+    services: Vec<ServiceStats>,
+}
+
+/// Pins the calling thread to `core`.
+pub fn pin_to_core(core: usize) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if core >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(format!("core {core} does not exist"));
+    }
+    // SAFETY: core is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: set is a valid cpu_set_t of the given size; 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "core {core}: sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// Checks that every core is online and allowed to this process.
+fn check_cores(cores: &[usize]) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t, filled by the kernel.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: allowed is a valid cpu_set_t of the given size.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut allowed) };
+    if rc != 0 {
+        return Err(format!(
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    for &core in cores {
+        // SAFETY: CPU_ISSET reads inside the set for core < CPU_SETSIZE.
+        let present = core < 8 * std::mem::size_of::<libc::cpu_set_t>()
+            && unsafe { libc::CPU_ISSET(core, &allowed) };
+        if !present {
+            return Err(format!(
+                "core {core} does not exist or is not allowed to this process"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A secret for ISNs and flow hashing, different per run.
+fn secret() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into bytes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n == 8 {
+        u64::from_ne_bytes(bytes)
+    } else {
+        u64::from(std::process::id()) << 32
+            ^ std::time::UNIX_EPOCH
+                .elapsed()
+                .map_or(0, |d| d.as_nanos() as u64)
+    }
+}
+
+impl Runtime {
+    /// Sets up the devices and starts one pinned shard per core; returns once every shard
+    /// listens. Any failure leaves nothing attached.
+    pub fn start(config: &Config) -> Result<Runtime, String> {
+        config.validate()?;
+        check_cores(&config.cores)?;
+        let (ip, prefix_len) = config::parse_address(&config.address)?;
+        let mut services = Vec::new();
+        for service in &config.services {
+            let spec = match service.kind {
+                ServiceKind::Echo => ServiceSpec::Echo,
+                ServiceKind::Discard => ServiceSpec::Discard,
+                ServiceKind::Http => ServiceSpec::Http(Arc::new(HttpResponses::new(
+                    service.body.as_deref().unwrap_or("").as_bytes(),
+                ))),
+            };
+            services.push((service.port, spec));
+        }
+        let mut stack_config = StackConfig::new(interface::placeholder_mac(ip), ip, prefix_len);
+        stack_config.gateway = config.gateway;
+        stack_config.tcp = config.tcp.apply(tcp::Config::default());
+        stack_config.secret = secret();
+        let (devices, redirect, mode): (Vec<Box<dyn Device + Send>>, _, _) = match config.backend {
+            Backend::AfXdp => {
+                stack_config.mac = interface::mac_address(&config.interface)?;
+                stack_config.mtu = interface::mtu(&config.interface)?.min(FRAME_MTU);
+                stack_config.rx_checksum_offload =
+                    interface::frames_never_cross_a_wire(&config.interface);
+                let mut sockets = Vec::new();
+                for queue in 0..config.cores.len() as u32 {
+                    let socket = XdpSocket::open(&config.interface, queue).map_err(|e| {
+                        format!("AF_XDP socket on {} queue {queue}: {e}", config.interface)
+                    })?;
+                    sockets.push(socket);
+                }
+                let rules = RedirectRules {
+                    address: ip,
+                    ports: config.ports(),
+                    ephemeral_ports: stack_config.ephemeral_ports,
+                };
+                let mut program = RedirectProgram::attach(&config.interface, &rules)
+                    .map_err(|e| format!("XDP on {}: {e}", config.interface))?;
+                for (queue, socket) in sockets.iter().enumerate() {
+                    program
+                        .add_socket(queue as u32, socket)
+                        .map_err(|e| format!("XDP on {}: {e}", config.interface))?;
+                }
+                let mode = sockets[0].mode().as_str();
+                let devices = sockets
+                    .into_iter()
+                    .map(|s| Box::new(s) as Box<dyn Device + Send>)
+                    .collect();
+                (devices, Some(program), mode)
+            }
+            Backend::Tap => {
+                if config.cores.len() != 1 {
+                    return Err("backend tap has one queue: give exactly one core".into());
+                }
+                let tap = Tap::open(&config.interface)
+                    .map_err(|e| format!("TAP {}: {e}", config.interface))?;
+                (vec![Box::new(tap) as Box<dyn Device + Send>], None, "tap")
+            }
+            Backend::Dpdk => {
+                return Err("backend dpdk: this build has no DPDK support (it is not \
+                            implemented yet; see docs/userstack.md)"
+                    .into())
+            }
+        };
+        let control = Arc::new(Control::new(Duration::from_millis(config.drain_timeout_ms)));
+        let epoch = std::time::Instant::now();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut shards = Vec::new();
+        let mut threads = Vec::new();
+        for (&core, device) in config.cores.iter().zip(devices) {
+            let figures = Arc::new(ShardFigures::default());
+            let stack = Stack::new(stack_config, Instant::ZERO);
+            let shard = Shard::new(stack, device, services.clone())?;
+            let (control, thread_figures, ready) =
+                (control.clone(), figures.clone(), ready_tx.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("userstack-{core}"))
+                .spawn(move || {
+                    let pinned = pin_to_core(core);
+                    let ok = pinned.is_ok();
+                    let _ = ready.send(pinned);
+                    if ok {
+                        shard.run(&control, &thread_figures, epoch);
+                    }
+                })
+                .map_err(|e| format!("starting the shard for core {core}: {e}"))?;
+            shards.push((core, figures));
+            threads.push(thread);
+        }
+        drop(ready_tx);
+        let mut runtime = Runtime {
+            control,
+            shards,
+            threads,
+            redirect,
+            backend: config.backend,
+            mode,
+            services: config
+                .services
+                .iter()
+                .map(|s| ServiceStats {
+                    kind: s.kind,
+                    port: s.port,
+                })
+                .collect(),
+        };
+        for _ in 0..runtime.threads.len() {
+            let answer = ready_rx
+                .recv()
+                .unwrap_or_else(|_| Err("a shard thread died while starting".into()));
+            if let Err(e) = answer {
+                runtime.stop();
+                return Err(e);
+            }
+        }
+        Ok(runtime)
+    }
+
+    /// Whether every shard is up and serving.
+    pub fn is_serving(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|(_, f)| f.up.load(Ordering::Acquire) && !f.finished.load(Ordering::Acquire))
+    }
+
+    /// The stats document in `state`.
+    pub fn stats(&self, state: RunState) -> Stats {
+        let mut counters = crate::counters::Counters::default();
+        let mut stop = StopStats::default();
+        let mut shards = Vec::new();
+        for (queue, (core, figures)) in self.shards.iter().enumerate() {
+            if let Ok(c) = figures.counters.lock() {
+                counters.merge(&c);
+            }
+            let s = figures.stop();
+            stop.drained += s.drained;
+            stop.reset += s.reset;
+            shards.push(ShardStats {
+                core: *core,
+                queue: queue as u32,
+                rx_packets: figures.rx_packets.load(Ordering::Relaxed),
+                tx_packets: figures.tx_packets.load(Ordering::Relaxed),
+                connections: figures.connections.load(Ordering::Relaxed),
+            });
+        }
+        Stats {
+            pid: std::process::id(),
+            state,
+            backend: self.backend.as_str(),
+            mode: self.mode,
+            shards,
+            services: self.services.clone(),
+            netstat: stats::netstat(&counters),
+            stop: matches!(state, RunState::Draining | RunState::Stopped).then_some(stop),
+        }
+    }
+
+    /// Starts the graceful stop without waiting for it.
+    pub fn begin_stop(&self) {
+        self.control.drain();
+    }
+
+    /// Whether every shard has finished.
+    pub fn is_stopped(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|(_, f)| f.finished.load(Ordering::Acquire))
+    }
+
+    /// Stops gracefully (drain, then reset at the deadline), waits for the shards and
+    /// detaches the XDP program.
+    pub fn stop(&mut self) {
+        self.control.drain();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        self.redirect = None;
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The largest IP MTU a UMEM frame holds (2048-byte frames, Ethernet header and slack).
+const FRAME_MTU: usize = 2048 - 64;
