@@ -11,6 +11,10 @@ pub struct Args {
     /// Namespace of the operator's Lease and of the agent DaemonSet.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hoststack-system")]
     pub namespace: String,
+    /// The operator's own Deployment, made the agent DaemonSet's owner so that deleting the
+    /// Deployment (`helm uninstall`) garbage-collects the agents too. Unset: no owner.
+    #[arg(long)]
+    pub owner_deployment: Option<String>,
     /// What the installer chose for the agent DaemonSet's pods.
     #[command(flatten)]
     pub agent: crate::daemonset::AgentPod,

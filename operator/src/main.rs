@@ -11,9 +11,9 @@ use hoststack_operator::daemonset::{agent_daemonset, AGENT_NAME};
 use hoststack_operator::leader::Election;
 use hoststack_operator::metrics::Metrics;
 use hoststack_operator::{controller, Result};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use kube::api::{Api, Patch, PatchParams};
-use kube::Client;
+use kube::{Client, Resource};
 use tracing::{error, info};
 
 #[tokio::main]
@@ -56,12 +56,19 @@ async fn run(args: Args) -> Result<()> {
     }
     info!(identity, "leading");
 
+    let mut agents = agent_daemonset(&args.namespace, &args.agent);
+    if let Some(owner) = &args.owner_deployment {
+        let deployment = Api::<Deployment>::namespaced(client.clone(), &args.namespace)
+            .get(owner)
+            .await?;
+        agents.metadata.owner_references = deployment.owner_ref(&()).map(|o| vec![o]);
+    }
     let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), &args.namespace);
     daemonsets
         .patch(
             AGENT_NAME,
             &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
-            &Patch::Apply(agent_daemonset(&args.namespace, &args.agent)),
+            &Patch::Apply(agents),
         )
         .await?;
 
