@@ -228,6 +228,10 @@ pub struct NodeTuningStatus {
     /// The latest health sample, while `spec.healthRequest` asks for samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthSample>,
+    /// The user-space TCP stack the agent runs for `config.userspaceStack`, while it runs or
+    /// is restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userspace_stack: Option<UserspaceStackStatus>,
 }
 
 /// One host setting.
@@ -335,4 +339,65 @@ pub struct InterfaceFacts {
     pub rx_queues: u32,
     /// Transmit queues.
     pub tx_queues: u32,
+}
+
+/// The user-space TCP stack as its supervisor, the node agent, sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserspaceStackStatus {
+    /// `Starting` (started, not serving yet), `Running` (every shard serves) or `Restarting`
+    /// (it died; waiting out the backoff before the next start).
+    pub state: String,
+    /// The runner process (`hoststack-userstack`), while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The packet I/O backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<crate::node_config::StackBackend>,
+    /// How the backend moves packets: `copy` or `zeroCopy` (AF_XDP), `tap` or `dpdk`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// The dedicated cores, in list format.
+    pub cores: String,
+    /// Whether every dedicated core is isolated from the scheduler (listed in both
+    /// `/sys/devices/system/cpu/isolated` and `nohz_full`); when not, `message` warns.
+    pub isolated: bool,
+    /// How often the stack died and was started again by this agent.
+    #[serde(default)]
+    pub restarts: u32,
+    /// One entry per shard: its core, device queue and counters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<StackShardStatus>,
+    /// The services listening.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<StackServiceStatus>,
+    /// Warnings (cores not isolated) and how the stack last ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One shard of the user-space stack.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StackShardStatus {
+    /// The core its thread is pinned to.
+    pub core: u32,
+    /// The device queue it polls.
+    pub queue: u32,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Connections open now.
+    pub connections: u64,
+}
+
+/// A service the user-space stack listens with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StackServiceStatus {
+    /// What it does.
+    pub kind: crate::node_config::ServiceKind,
+    /// Its TCP port.
+    pub port: u16,
 }

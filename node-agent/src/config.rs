@@ -42,6 +42,25 @@ pub struct Config {
     /// How often the agent renews its heartbeat Lease; it stays valid for three intervals.
     #[arg(long, default_value = "10s", value_parser = parse_nonzero_duration)]
     pub heartbeat_interval: Duration,
+    /// The user-space stack's runner, started for `userspaceStack`; by default
+    /// `hoststack-userstack` next to the agent's own executable.
+    #[arg(long)]
+    pub userstack_binary: Option<PathBuf>,
+}
+
+impl Config {
+    /// The runner binary: `--userstack-binary`, else the one next to this executable.
+    pub fn userstack_binary(&self) -> PathBuf {
+        self.userstack_binary.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| {
+                    exe.parent()
+                        .map(|dir| dir.join(crate::dataplane::RUNNER_BINARY))
+                })
+                .unwrap_or_else(|| PathBuf::from(crate::dataplane::RUNNER_BINARY))
+        })
+    }
 }
 
 /// Parses a duration written as number-unit pairs, e.g. `30s`, `1m30s`, `250ms`, `0ms`

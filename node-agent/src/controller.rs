@@ -27,6 +27,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::appliers::Host;
 use crate::config::Config;
+use crate::dataplane::{self, backoff::Backoff, Supervisor};
 use crate::exporter::{Exporter, NodeInfoLabels};
 use crate::health::{Ended, Sampler, Snapshot};
 use crate::journal::JournalStore;
@@ -44,12 +45,19 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
 /// Runs the agent until SIGTERM or SIGINT: recovers an interrupted transaction, then watches the
 /// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
 pub async fn run(config: Config) -> Result<()> {
-    let transactor = Transactor::new(
-        Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root),
-        JournalStore::new(&config.state_dir),
-    );
+    let host = Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
+    let transactor = Transactor::new(host.clone(), JournalStore::new(&config.state_dir));
     let mut reconciler = Reconciler::new(transactor, config.step_delay);
-    let metrics = Arc::new(Exporter::new(&config.proc_root).with_xdp_drops(&config.bpffs_root));
+    let dataplane = Supervisor::new(
+        &config.userstack_binary(),
+        &config.state_dir,
+        Backoff::default(),
+        host,
+    );
+    let metrics = Arc::new(
+        Exporter::with_userstack_stats(&config.proc_root, Some(&dataplane.stats_path()))
+            .with_xdp_drops(&config.bpffs_root),
+    );
     let addr = config.metrics_bind_address;
     let bound = crate::exporter::serve(addr, metrics.clone())
         .await
@@ -88,6 +96,7 @@ pub async fn run(config: Config) -> Result<()> {
         last: None,
         sampler: Sampler::new(),
         resumed: false,
+        dataplane,
     };
 
     let selector = format!("metadata.name={}", config.node_name);
@@ -162,6 +171,8 @@ struct Agent {
     sampler: Sampler,
     /// Whether the sample of the status found at start was taken over.
     resumed: bool,
+    /// Runs the user-space stack of `userspaceStack`.
+    dataplane: Supervisor,
 }
 
 impl Agent {
@@ -176,6 +187,8 @@ impl Agent {
         self.metrics
             .node_info
             .set(NodeInfoLabels::of(self.object.as_ref()));
+        // A revert stops the stack first; the transaction then gives its cores back.
+        self.follow_dataplane(dataplane::before_transaction(&desired));
         let next = block_in_place(|| self.reconciler.next(&desired));
         let outcome = match next {
             Ok(Next::Report(outcome)) => outcome,
@@ -213,9 +226,28 @@ impl Agent {
             }
         };
         self.metrics.work.applied(outcome.applied.as_ref());
+        // The stack is the last step of an applied revision.
+        self.follow_dataplane(dataplane::after_transaction(&desired, outcome.state));
         self.follow_health_request(&outcome);
         self.report(&desired, &outcome).await;
         self.last = Some((desired, outcome));
+    }
+
+    /// Starts, keeps or stops the user-space stack as `step` says; a failure is logged, and the
+    /// next reconcile tries again.
+    fn follow_dataplane(&mut self, step: dataplane::Step) {
+        let result = match step {
+            dataplane::Step::Keep => return,
+            dataplane::Step::Stop => block_in_place(|| self.dataplane.stop()),
+            dataplane::Step::Run(stack) => block_in_place(|| {
+                let facts = crate::facts::collect(&self.config.proc_root, &self.config.sys_root);
+                dataplane::wanted(&stack, &self.config.sys_root, &facts.interfaces)
+                    .and_then(|wanted| self.dataplane.ensure(wanted))
+            }),
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, "user-space stack");
+        }
     }
 
     /// Starts, keeps or stops health sampling as the spec's `healthRequest` says, with the host
@@ -270,7 +302,7 @@ impl Agent {
         let facts =
             block_in_place(|| crate::facts::collect(&self.config.proc_root, &self.config.sys_root));
         let previous = object.status.as_ref();
-        let status = report::status(&StatusInput {
+        let mut status = report::status(&StatusInput {
             outcome,
             observed_revision: desired.revision(),
             drifted: self.reconciler.drifted(),
@@ -280,6 +312,7 @@ impl Agent {
             generation: object.metadata.generation,
             now: report::now(),
         });
+        status.userspace_stack = self.dataplane.status();
         if previous == Some(&status) {
             return;
         }

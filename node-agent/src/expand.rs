@@ -14,6 +14,7 @@ use crate::appliers::irq::{self, QueueIrq};
 use crate::appliers::{
     dpdk, firewall, hugepages, matching, nic, rps, xdp, Host, Kind, Refusal, Setting, Wants,
 };
+use crate::dataplane::cores::{dedicate, CoreFacts};
 use crate::journal::Journal;
 use crate::transaction::Desired;
 
@@ -35,6 +36,8 @@ pub struct Discovery {
     pub nic: BTreeMap<String, nic::NicFacts>,
     /// The API server's address: the firewall must not block it.
     pub api_server: Option<IpAddr>,
+    /// The agent's affinity and the CPU masks a user-space stack's cores are taken out of.
+    pub cores: CoreFacts,
 }
 
 impl Discovery {
@@ -87,6 +90,7 @@ impl Discovery {
             ),
             iommu_groups,
         };
+        let cores = CoreFacts::read(host, &facts.interfaces, &irqs, journal);
         Discovery {
             facts,
             irqs,
@@ -94,6 +98,7 @@ impl Discovery {
             unattached,
             nic,
             api_server,
+            cores,
         }
     }
 }
@@ -105,8 +110,6 @@ pub struct Expansion {
     pub desired: Desired,
     /// Requests refused on this host.
     pub refused: Vec<Refusal>,
-    /// Items for the parts of the config this agent does not implement, one per part.
-    pub unsupported: Vec<ItemResult>,
 }
 
 /// The pure expansion of a config (see the module doc).
@@ -116,7 +119,6 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
         wants.set(Setting::sysctl(key.clone()), value.0.clone());
     }
     let online = irq::parse_list(&d.facts.cpus_online).unwrap_or_default();
-    let mut unsupported = Vec::new();
     let mut flow_entries: Option<u64> = None;
     // Interfaces bound to DPDK, and interfaces tuned otherwise, with the entry doing it.
     let mut bound: BTreeMap<String, String> = BTreeMap::new();
@@ -216,15 +218,18 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
     if let Some(spec) = &config.firewall {
         wants.extend(firewall::desired(spec, d.api_server));
     }
-    if config.userspace_stack.is_some() {
-        unsupported.push(not_supported("userspaceStack", "userspaceStack"));
+    let (mut desired, mut refused) = merge(wants);
+    if let Some(stack) = &config.userspace_stack {
+        // Last: the stack's cores leave the masks the parts above asked for as well.
+        refused.extend(dedicate(
+            stack,
+            &online,
+            &d.facts.interfaces,
+            &d.cores,
+            &mut desired,
+        ));
     }
-    let (desired, refused) = merge(wants);
-    Expansion {
-        desired,
-        refused,
-        unsupported,
-    }
+    Expansion { desired, refused }
 }
 
 /// The settings of `wants` as one map; a setting asked twice with different values is refused.
@@ -255,19 +260,6 @@ fn merge(wants: Wants) -> (Desired, Vec<Refusal>) {
         desired.remove(&s);
     }
     (desired, refused)
-}
-
-/// The item of a part this agent does not implement.
-fn not_supported(kind: &str, target: &str) -> ItemResult {
-    ItemResult {
-        kind: kind.to_string(),
-        target: target.to_string(),
-        original: None,
-        desired: None,
-        actual: None,
-        state: ItemState::NotSupported,
-        message: Some(format!("{target}: not supported yet by this agent")),
-    }
 }
 
 /// The item of a refused request, in `state` (Failed, or WouldFail in Plan mode).
@@ -342,6 +334,7 @@ mod tests {
             }],
             nic: BTreeMap::new(),
             api_server: Some("198.18.1.1".parse().unwrap()),
+            cores: CoreFacts::default(),
         }
     }
 
@@ -391,7 +384,6 @@ mod tests {
         c.interfaces.push(e);
         let x = expand(&c, &d);
         assert!(x.refused.is_empty(), "{:?}", x.refused);
-        assert!(x.unsupported.is_empty(), "{:?}", x.unsupported);
         assert_eq!(
             keys(&x),
             [
@@ -489,7 +481,6 @@ mod tests {
         c.interfaces.push(e);
         let x = expand(&c, &discovery());
         assert!(x.refused.is_empty(), "{:?}", x.refused);
-        assert!(x.unsupported.is_empty());
         assert_eq!(
             keys(&x),
             [
@@ -570,11 +561,9 @@ mod tests {
         assert!(!x
             .desired
             .contains_key(&Setting::new(Kind::RpsCpus, "eth0/rx-0")));
-        let unsupported: Vec<&str> = x.unsupported.iter().map(|i| i.target.as_str()).collect();
-        assert_eq!(unsupported, ["userspaceStack"]);
-        assert_eq!(
-            x.unsupported[0].message.as_deref(),
-            Some("userspaceStack: not supported yet by this agent")
+        assert!(
+            has("userspaceStack.cores: no core given; the stack needs at least one"),
+            "{messages:?}"
         );
         assert!(
             has("firewall.blockedPrefixes[0]: \"10.0.0.1/8\" has host bits set"),
@@ -601,7 +590,6 @@ mod tests {
         });
         let x = expand(&c, &discovery());
         assert!(x.refused.is_empty(), "{:?}", x.refused);
-        assert!(x.unsupported.is_empty());
         let settings: Vec<&Setting> = x.desired.keys().collect();
         assert_eq!(settings.last(), Some(&&firewall::setting()));
         assert_eq!(

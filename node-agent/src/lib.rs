@@ -27,6 +27,7 @@ use std::path::PathBuf;
 pub mod appliers;
 pub mod config;
 pub mod controller;
+pub mod dataplane;
 pub mod drift;
 pub mod expand;
 pub mod exporter;

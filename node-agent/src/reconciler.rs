@@ -172,12 +172,11 @@ impl Reconciler {
         } else {
             ItemState::Failed
         };
-        let mut blockers: Vec<ItemResult> = expansion
+        let blockers: Vec<ItemResult> = expansion
             .refused
             .iter()
             .map(|r| refused_item(r, state))
             .collect();
-        blockers.extend(expansion.unsupported);
         Ok(Expanded {
             goal: Goal {
                 target: desired.target(),
@@ -495,7 +494,7 @@ mod tests {
     }
 
     #[test]
-    fn every_unimplemented_part_is_an_item() {
+    fn a_refused_userspace_stack_is_an_item() {
         let dir = tempfile::tempdir().expect("tempdir");
         let r = Reconciler::new(
             Transactor::new(
@@ -514,10 +513,10 @@ mod tests {
         let items = r.expand(&Desired::of(Some(&nt))).expect("expand").blockers;
         let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
         assert_eq!(kinds, ["userspaceStack"]);
-        assert!(items.iter().all(|i| i.state == ItemState::NotSupported));
+        assert!(items.iter().all(|i| i.state == ItemState::Failed));
         assert_eq!(
             items[0].message.as_deref(),
-            Some("userspaceStack: not supported yet by this agent")
+            Some("userspaceStack.cores: no core given; the stack needs at least one")
         );
     }
 }

@@ -602,7 +602,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
 }
 
 #[test]
-fn sections_this_agent_does_not_implement_fail_the_revision() {
+fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
     let host = FakeHost::new(BASE);
     let before = host.snapshot();
     let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
@@ -615,10 +615,10 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     assert_eq!(outcome.state, NodeState::Failed);
     let hp = item(&outcome, "userspaceStack");
     assert_eq!(hp.kind, "userspaceStack");
-    assert_eq!(hp.state, ItemState::NotSupported);
+    assert_eq!(hp.state, ItemState::Failed);
     assert_eq!(
         hp.message.as_deref(),
-        Some("userspaceStack: not supported yet by this agent")
+        Some("userspaceStack.cores: no core given; the stack needs at least one")
     );
     assert_eq!(
         item(&outcome, "net.ipv4.tcp_sack").state,
@@ -626,7 +626,7 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     );
     assert_eq!(
         outcome.message.as_deref(),
-        Some("userspaceStack: not supported yet by this agent")
+        Some("userspaceStack.cores: no core given; the stack needs at least one")
     );
     assert_eq!(host.snapshot(), before);
 
@@ -642,7 +642,7 @@ fn sections_this_agent_does_not_implement_fail_the_revision() {
     );
     assert_eq!(
         planned.message.as_deref(),
-        Some("would fail: userspaceStack: not supported yet by this agent")
+        Some("would fail: userspaceStack.cores: no core given; the stack needs at least one")
     );
     assert_eq!(host.snapshot(), before);
 }

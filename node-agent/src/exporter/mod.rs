@@ -52,14 +52,21 @@ pub struct Exporter {
 impl Exporter {
     /// An exporter reading host files under `proc_root`.
     pub fn new(proc_root: &Path) -> Self {
+        Exporter::with_userstack_stats(proc_root, None)
+    }
+
+    /// An exporter reading host files under `proc_root` and, when given, the user-space
+    /// stack's counters from its runner's stats file (`stack="userspace"`).
+    pub fn with_userstack_stats(proc_root: &Path, userstack_stats: Option<&Path>) -> Self {
         let mut registry = Registry::with_prefix("hoststack");
         let errors = ReadErrors::default();
         let node_info = NodeInfo::register(&mut registry);
         let work = AgentWork::register(&mut registry);
-        registry.register_collector(Box::new(netstat::NetstatCollector::new(
-            proc_root,
-            errors.clone(),
-        )));
+        let mut netstat = netstat::NetstatCollector::new(proc_root, errors.clone());
+        if let Some(stats) = userstack_stats {
+            netstat = netstat.with_userstack_stats(stats);
+        }
+        registry.register_collector(Box::new(netstat));
         registry.register_collector(Box::new(softnet::SoftnetCollector::new(
             proc_root,
             errors.clone(),

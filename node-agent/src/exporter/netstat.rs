@@ -14,6 +14,9 @@
 //! counters (see [`is_gauge`]) in `hoststack_netstat_value{stack="kernel", proto, field}`. Field
 //! and section names are taken from the file, never from a list. The files are read and parsed
 //! on every scrape into buffers that are kept between scrapes.
+//!
+//! The user-space stack's counters, from its runner's stats file, join the same families with
+//! `stack="userspace"` and the same section and field names, so one query compares both stacks.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -339,6 +342,8 @@ pub struct NetstatCollector {
     files: [(&'static str, PathBuf); 2],
     errors: ReadErrors,
     scratch: Mutex<[Scratch; 2]>,
+    /// The user-space stack runner's stats file.
+    userstack_stats: Option<PathBuf>,
 }
 
 /// Buffers kept between scrapes: the file's text and its parsed entries.
@@ -358,7 +363,15 @@ impl NetstatCollector {
             ],
             errors,
             scratch: Mutex::default(),
+            userstack_stats: None,
         }
+    }
+
+    /// Also exports the user-space stack's counters from its runner's stats file (absent while
+    /// no stack runs: then there are none).
+    pub fn with_userstack_stats(mut self, path: &Path) -> Self {
+        self.userstack_stats = Some(path.to_path_buf());
+        self
     }
 }
 
@@ -374,6 +387,10 @@ impl Collector for NetstatCollector {
                 self.errors.failed(name, path, &e);
             }
         }
+        let userstack = self
+            .userstack_stats
+            .as_deref()
+            .and_then(crate::dataplane::stats::RunnerStats::read);
         for (kind, help) in [
             (MetricType::Counter, "Counters of /proc/net/netstat and /proc/net/snmp, by section (proto) and field as the kernel names them"),
             (MetricType::Gauge, "Fields of /proc/net/snmp that are not counters (Tcp RtoAlgorithm, RtoMin, RtoMax, MaxConn, CurrEstab; Ip Forwarding, DefaultTTL)"),
@@ -399,6 +416,25 @@ impl Collector for NetstatCollector {
                         }
                         _ => {}
                     }
+                }
+            }
+            let userspace = userstack.iter().flat_map(|s| &s.netstat).flat_map(|(proto, fields)| {
+                fields.iter().map(move |(field, v)| (proto.as_str(), field.as_str(), *v))
+            });
+            for (proto, field, value) in userspace {
+                let labels = [("stack", "userspace"), ("proto", proto), ("field", field)];
+                match (is_gauge(proto, field), kind) {
+                    (false, MetricType::Counter) => {
+                        if let Ok(v) = u64::try_from(value) {
+                            family
+                                .encode_family(&labels)?
+                                .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+                        }
+                    }
+                    (true, MetricType::Gauge) => {
+                        family.encode_family(&labels)?.encode_gauge(&value)?
+                    }
+                    _ => {}
                 }
             }
         }

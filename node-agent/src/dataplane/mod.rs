@@ -1,0 +1,171 @@
+//! The dataplane supervisor: runs the embedded user-space TCP stack (`userspaceStack`) on the
+//! cores a tuning dedicates to it.
+//!
+//! The stack is the last step of a revision. The transaction first takes the dedicated cores
+//! out of every queue IRQ's affinity and every RPS/XPS mask ([`cores::dedicate`], through the
+//! IRQ and RPS/XPS appliers, journaled like every other setting); once it has applied, the
+//! [`supervisor::Supervisor`] starts the runner, `hoststack-userstack`, with the config
+//! translated from the spec ([`runner_config`]). A revert stops the runner first, then the
+//! transaction gives the cores back from the journal.
+//!
+//! The runner is a separate process, not threads of the agent: a crash or a SIGKILL of the
+//! data plane cannot take the agent and its journal with it, its XDP program is owned by its
+//! file descriptors so the kernel detaches it when it dies, and an agent restart (an upgrade)
+//! does not interrupt the traffic it serves. The supervisor restarts a runner that dies with
+//! exponential [`backoff`], and reports its state, shards, services and counters
+//! ([`stats`]) in `NodeTuning.status.userspaceStack`, with a warning when the cores are not
+//! [`isolation`]-ed from the scheduler.
+
+pub mod backoff;
+pub mod cores;
+pub mod isolation;
+pub mod runner_config;
+pub mod stats;
+pub mod supervisor;
+
+use std::path::Path;
+
+use hoststack_crds::{InterfaceFacts, Mode, NodeState, UserspaceStack};
+
+use crate::reconciler::Desired;
+pub use supervisor::{Supervisor, Wanted, RUNNER_BINARY};
+
+/// What the supervisor does about a desired state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Leave the stack as it is.
+    Keep,
+    /// Run this stack (keeping a runner that already runs it).
+    Run(Box<UserspaceStack>),
+    /// Stop the stack.
+    Stop,
+}
+
+/// Before the transaction: a desired state that runs no stack (a revert, a revision without
+/// `userspaceStack`) stops it, so that the transaction gives back cores no runner polls.
+pub fn before_transaction(desired: &Desired) -> Step {
+    match desired {
+        Desired::Absent | Desired::Withdrawn => Step::Stop,
+        Desired::Revision { config, mode, .. } => {
+            if *mode == Mode::Apply && config.userspace_stack.is_none() {
+                Step::Stop
+            } else {
+                Step::Keep
+            }
+        }
+    }
+}
+
+/// After the transaction (or a report of a settled host): a revision with `userspaceStack`
+/// that is applied runs its stack. Anything else leaves the stack as it is: a failed revision
+/// leaves the host, runner included, on the revision before it.
+pub fn after_transaction(desired: &Desired, state: NodeState) -> Step {
+    match desired {
+        Desired::Revision {
+            config,
+            mode: Mode::Apply,
+            ..
+        } if state == NodeState::Applied => match &config.userspace_stack {
+            Some(stack) => Step::Run(Box::new(stack.clone())),
+            None => Step::Keep,
+        },
+        _ => Step::Keep,
+    }
+}
+
+/// What the supervisor should run for `stack`: its runner config, and whether its cores are
+/// isolated (read under `sys_root`). `interfaces` gives a DPDK device's PCI address.
+pub fn wanted(
+    stack: &UserspaceStack,
+    sys_root: &Path,
+    interfaces: &[InterfaceFacts],
+) -> Result<Wanted, String> {
+    let cores = cores::parse_cores(stack)?;
+    let pci = interfaces
+        .iter()
+        .find(|i| i.name == stack.interface)
+        .and_then(|i| i.pci_address.as_deref());
+    let warning = isolation::Isolation::read(sys_root).warning(&cores);
+    Ok(Wanted {
+        config: runner_config::translate(stack, &cores, pci),
+        cores: stack.cores.clone(),
+        backend: stack.backend,
+        isolated: warning.is_none(),
+        warning,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use hoststack_crds::NodeConfig;
+
+    use super::*;
+
+    fn revision(stack: Option<UserspaceStack>, mode: Mode) -> Desired {
+        Desired::Revision {
+            tuning: "edge".into(),
+            revision: "r1".into(),
+            config: Box::new(NodeConfig {
+                userspace_stack: stack,
+                ..NodeConfig::default()
+            }),
+            mode,
+        }
+    }
+
+    #[test]
+    fn the_stack_stops_before_a_revert_and_runs_after_an_applied_revision() {
+        let stack = UserspaceStack {
+            cores: "1".into(),
+            interface: "veth0".into(),
+            ..UserspaceStack::default()
+        };
+        let with = revision(Some(stack.clone()), Mode::Apply);
+        let without = revision(None, Mode::Apply);
+        let plan = revision(None, Mode::Plan);
+        assert_eq!(before_transaction(&Desired::Absent), Step::Stop);
+        assert_eq!(before_transaction(&Desired::Withdrawn), Step::Stop);
+        assert_eq!(before_transaction(&without), Step::Stop);
+        assert_eq!(before_transaction(&with), Step::Keep);
+        // A preview changes nothing, the stack included.
+        assert_eq!(before_transaction(&plan), Step::Keep);
+
+        assert_eq!(
+            after_transaction(&with, NodeState::Applied),
+            Step::Run(Box::new(stack))
+        );
+        assert_eq!(after_transaction(&with, NodeState::Failed), Step::Keep);
+        assert_eq!(after_transaction(&without, NodeState::Applied), Step::Keep);
+        assert_eq!(after_transaction(&plan, NodeState::Planned), Step::Keep);
+        assert_eq!(
+            after_transaction(&Desired::Withdrawn, NodeState::Reverted),
+            Step::Keep
+        );
+    }
+
+    #[test]
+    fn wanted_reads_the_isolation_of_the_cores() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = dir.path().join("devices/system/cpu");
+        std::fs::create_dir_all(&cpu).expect("mkdir");
+        std::fs::write(cpu.join("isolated"), "1\n").expect("write");
+        std::fs::write(cpu.join("nohz_full"), "1\n").expect("write");
+        let stack = UserspaceStack {
+            cores: "1".into(),
+            interface: "veth0".into(),
+            ..UserspaceStack::default()
+        };
+        let w = wanted(&stack, dir.path(), &[]).expect("wanted");
+        assert!(w.isolated && w.warning.is_none());
+        assert_eq!(w.config.cores, [1]);
+        let two = UserspaceStack {
+            cores: "1-2".into(),
+            ..stack
+        };
+        let w = wanted(&two, dir.path(), &[]).expect("wanted");
+        assert!(!w.isolated);
+        assert!(w
+            .warning
+            .is_some_and(|m| m.contains("cores 2 are not isolated")));
+    }
+}
