@@ -17,6 +17,8 @@ pub(crate) struct Binaries {
     pub operator: PathBuf,
     pub agent: PathBuf,
     pub plugin: PathBuf,
+    /// The user-space stack's runner, which the agents start for `userspaceStack`.
+    pub userstack: PathBuf,
 }
 
 impl Binaries {
@@ -43,6 +45,7 @@ impl Binaries {
             operator: bin_dir.join("hoststack-operator"),
             agent: bin_dir.join("hoststack-agent"),
             plugin: bin_dir.join("kubectl-hoststack"),
+            userstack: bin_dir.join("hoststack-userstack"),
         };
         for path in [&bins.etcd, &bins.kube_apiserver, &bins.kubectl, &bins.helm] {
             if !is_executable(path) {
@@ -59,7 +62,7 @@ impl Binaries {
             if explicit.is_none() && build {
                 cargo_build(&bin_dir)?;
             }
-            for path in [&bins.operator, &bins.agent, &bins.plugin] {
+            for path in [&bins.operator, &bins.agent, &bins.plugin, &bins.userstack] {
                 if !is_executable(path) {
                     return Err(Error::Setup(format!(
                         "{} is missing: run `cargo build --workspace --bins` (scripts/setup.sh \
@@ -99,8 +102,8 @@ fn target_bin_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Brings the operator, agent and kubectl-plugin binaries in `bin_dir` (a cargo target profile
-/// dir) up to date with the sources.
+/// Brings the operator, agent, kubectl-plugin and user-space stack binaries in `bin_dir` (a
+/// cargo target profile dir) up to date with the sources.
 fn cargo_build(bin_dir: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut build = command::cmd(
@@ -114,6 +117,8 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
             "hoststack-agent",
             "-p",
             "kubectl-hoststack",
+            "-p",
+            "userstack",
             "--bins",
         ],
     );

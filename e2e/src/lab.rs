@@ -484,6 +484,8 @@ impl Lab {
         let mut args = strings(&["netns", "exec", &n.netns]);
         args.push(self.bins.agent.display().to_string());
         args.extend(self.agent_flags(node, &n.state_dir, &self.agent_bpffs_root(node)));
+        let runner = self.bins.userstack.display().to_string();
+        args.extend(strings(&["--userstack-binary", &runner]));
         args.extend(strings(extra));
         let agent = self.spawn(
             &format!("agent {node}"),
