@@ -195,6 +195,11 @@ impl<T: Copy> Ring<T> {
         RING_SIZE - self.cached_producer.wrapping_sub(self.cached_consumer)
     }
 
+    /// As the producer: entries published and not yet taken by the consumer.
+    fn in_flight(&mut self) -> u32 {
+        RING_SIZE - self.free()
+    }
+
     /// As the producer: writes the entry `i` places after our producer index.
     fn write(&mut self, i: u32, value: T) {
         let slot = (self.cached_producer.wrapping_add(i) & self.mask) as usize;
@@ -503,7 +508,13 @@ impl Device for XdpSocket {
             self.tx.submit(queued);
             self.counters.tx_frames += u64::from(queued);
         }
-        if queued > 0 && (self.mode == XdpMode::Copy || self.tx.needs_wakeup()) {
+        // In copy mode one sendto sends at most 32 frames (the kernel's TX_BATCH_SIZE), so
+        // kick until the kernel has taken every queued frame; frames left behind would wait
+        // for the next batch, which may never come (the tail of a transfer).
+        for _ in 0..RING_SIZE / 32 + 1 {
+            if self.tx.in_flight() == 0 || !(self.mode == XdpMode::Copy || self.tx.needs_wakeup()) {
+                break;
+            }
             self.kick(false);
         }
     }

@@ -96,8 +96,11 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
+    /// An address and port as the suite writes them.
+    type Endpoint = (&'static str, u16);
+
     /// Microsoft's verification suite, IPv4 with TCP ports: (destination, source, hash).
-    const VECTORS: [((&str, u16), (&str, u16), u32); 5] = [
+    const VECTORS: [(Endpoint, Endpoint, u32); 5] = [
         (
             ("161.142.100.80", 1766),
             ("66.9.149.187", 2794),

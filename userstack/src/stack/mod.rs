@@ -311,7 +311,13 @@ impl Stack {
     /// Queues bytes; returns how many were taken.
     pub fn send(&mut self, handle: SocketHandle, data: &[u8]) -> Result<usize, Error> {
         let index = self.index_of(handle)?;
-        let n = self.slot_at(index).conn.send(data);
+        let slot = self.slot_at(index);
+        let n = slot.conn.send(data);
+        // The caller saw the buffer fill: the next time it has room is a change to report,
+        // even if room appears and is used up again between two polls.
+        if !slot.conn.is_writable() {
+            slot.last_readiness.writable = false;
+        }
         self.touch(index);
         Ok(n)
     }
@@ -319,7 +325,14 @@ impl Stack {
     /// Reads received bytes; returns how many were read (0 with `is_recv_finished` = end).
     pub fn recv(&mut self, handle: SocketHandle, out: &mut [u8]) -> Result<usize, Error> {
         let index = self.index_of(handle)?;
-        let n = self.slot_at(index).conn.recv(out);
+        let slot = self.slot_at(index);
+        let n = slot.conn.recv(out);
+        // The caller saw the buffer drain: new data is a change to report, even if it
+        // arrives before the next poll (otherwise readable → read all → refilled looks
+        // like "still readable" and no event comes).
+        if !slot.conn.is_readable() {
+            slot.last_readiness.readable = false;
+        }
         self.touch(index);
         Ok(n)
     }

@@ -304,3 +304,36 @@ fn mss_follows_the_device_mtu() {
     let mut buf = vec![0u8; 30_000];
     assert_eq!(a.recv(client, &mut buf).unwrap(), 20_000);
 }
+
+#[test]
+fn data_arriving_after_a_drain_is_reported_even_between_polls() {
+    // Found on real packets: readable → the application reads everything → new data
+    // arrives before the next poll. Compared with the last report ("readable"), nothing
+    // seemed to change and the application never heard of the new bytes.
+    let (mut a, mut b) = pair();
+    b.listen(80, 16).unwrap();
+    let client = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let mut now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let server = b.accept(80).unwrap();
+    let mut events = Vec::new();
+    let mut buf = [0u8; 64];
+    a.send(client, b"one").unwrap();
+    now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+    b.poll_events(&mut events);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Ready(h, r) if *h == server && r.readable)));
+    assert_eq!(b.recv(server, &mut buf).unwrap(), 3);
+    a.send(client, b"two").unwrap();
+    pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+    events.clear();
+    b.poll_events(&mut events);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Ready(h, r) if *h == server && r.readable)),
+        "no event for the second batch: {events:?}"
+    );
+    assert_eq!(b.recv(server, &mut buf).unwrap(), 3);
+    assert_eq!(&buf[..3], b"two");
+}
