@@ -269,25 +269,24 @@ fn the_operator_cannot_write_node_status_and_can_i_matches_the_expectation() {
          # (ValidatingAdmissionPolicy) narrows the agent further and is not visible here.\n\
          # Regenerate with HOSTSTACK_BLESS=1 after a deliberate RBAC change.\n",
     );
-    let identities: [(&str, Box<dyn Fn(&[&str]) -> Output + '_>); 2] = [
-        (
-            "hoststack-operator",
-            Box::new(|args: &[&str]| lab.kubectl_as(Identity::Operator, args, None)),
-        ),
+    // The operator's token, and node-a's agent token (None: the operator).
+    for (identity, agent_of) in [
+        ("hoststack-operator", None),
         (
             "hoststack-agent (token bound to a pod on node-a)",
-            Box::new(|args: &[&str]| lab.kubectl_as_agent_of("node-a", args, None)),
+            Some("node-a"),
         ),
-    ];
-    for (identity, kubectl) in &identities {
+    ] {
         for (scope, namespace) in [
             ("the release namespace", NAMESPACE),
             ("any other namespace", "default"),
         ] {
-            let list = allowed(
-                kubectl(&["auth", "can-i", "--list", "-n", namespace]),
-                "auth can-i --list",
-            );
+            let args = ["auth", "can-i", "--list", "-n", namespace];
+            let out = match agent_of {
+                None => lab.kubectl_as(Identity::Operator, &args, None),
+                Some(node) => lab.kubectl_as_agent_of(node, &args, None),
+            };
+            let list = allowed(out, "auth can-i --list");
             table.push_str(&format!("\n## {identity}, in {scope}\n{list}\n"));
         }
     }
