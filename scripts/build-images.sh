@@ -6,6 +6,12 @@
 #   pause.oci            hoststack.lab/pause:dev      (the nodes' sandbox image)
 #
 #   scripts/build-images.sh [OUT_DIR]      # default $HOSTSTACK_CACHE/images; prints OUT_DIR
+#   HOSTSTACK_IMAGE_BINARIES=target/debug scripts/build-images.sh OUT_DIR
+#
+# With HOSTSTACK_IMAGE_BINARIES the image takes hoststack-operator and hoststack-agent from that
+# directory instead (the lab passes the binaries its tests already built, so a test run never
+# waits for a second, release build), stripped, with the shared libraries they link (from ldd)
+# copied in at their paths.
 #
 # The Dockerfile's `lab` and `lab-pause` targets copy what this script builds on the host:
 # hoststack-operator and hoststack-agent for x86_64-unknown-linux-musl (static; their own
@@ -24,20 +30,35 @@ PAUSE_IMAGE=${HOSTSTACK_LAB_PAUSE_IMAGE:-hoststack.lab/pause:dev}
 
 log() { echo "[images] $*" >&2; }
 
-rustup target list --installed 2>/dev/null | grep -qx "$TARGET" || rustup target add "$TARGET" >&2
-log "building hoststack-operator and hoststack-agent for $TARGET (release)"
-# ring compiles C: with musl's gcc wrapper (Debian's musl-tools).
-CC_x86_64_unknown_linux_musl=${CC_x86_64_unknown_linux_musl:-musl-gcc} \
-CARGO_TARGET_DIR=$MUSL_TARGET_DIR cargo build --quiet --release --locked --target "$TARGET" \
-  -p hoststack-operator -p hoststack-agent >&2
+if [ -z "${HOSTSTACK_IMAGE_BINARIES:-}" ]; then
+  rustup target list --installed 2>/dev/null | grep -qx "$TARGET" || rustup target add "$TARGET" >&2
+  log "building hoststack-operator and hoststack-agent for $TARGET (release)"
+  # Run from a test, cargo's package variables of the test leak in; build scripts that watch
+  # them (ring's) would then rebuild everything on every other run.
+  for var in $(compgen -e | grep -E '^CARGO_(PKG_|MANIFEST_|CRATE_|BIN_|PRIMARY_|TARGET_TMPDIR)' || true); do
+    unset "$var"
+  done
+  # ring compiles C: with musl's gcc wrapper (Debian's musl-tools).
+  CC_x86_64_unknown_linux_musl=${CC_x86_64_unknown_linux_musl:-musl-gcc} \
+  CARGO_TARGET_DIR=$MUSL_TARGET_DIR cargo build --quiet --release --locked --target "$TARGET" \
+    -p hoststack-operator -p hoststack-agent >&2
+  BINARIES=$MUSL_TARGET_DIR/$TARGET/release
+else
+  BINARIES=$HOSTSTACK_IMAGE_BINARIES
+fi
 
 context=$(mktemp -d)
 storage=$(mktemp -d -p "$CACHE" buildah.XXXXXX)
 trap 'rm -rf "$context"; buildah --storage-driver vfs --root "$storage/root" --runroot "$storage/run" rmi --all >/dev/null 2>&1 || true; rm -rf "$storage"' EXIT
 mkdir -p "$context/rootfs/usr/local/bin" "$OUT"
 for bin in hoststack-operator hoststack-agent; do
-  cp "$MUSL_TARGET_DIR/$TARGET/release/$bin" "$context/rootfs/usr/local/bin/$bin"
+  cp "$BINARIES/$bin" "$context/rootfs/usr/local/bin/$bin"
   strip "$context/rootfs/usr/local/bin/$bin"
+  # A dynamically linked binary brings its libraries (and the loader) along.
+  for lib in $(ldd "$BINARIES/$bin" 2>/dev/null | grep -o '/[^ ]*' || true); do
+    mkdir -p "$context/rootfs$(dirname "$lib")"
+    cp -L "$lib" "$context/rootfs$lib"
+  done
 done
 ln -s usr/local/bin/hoststack-agent "$context/rootfs/hoststack-agent"
 gcc -static -Os -Wall -Werror -o "$context/pause" e2e/pause/pause.c

@@ -16,6 +16,10 @@ pub enum NodeKind {
     /// A qemu virtual machine (q35, TCG, an emulated Intel IOMMU, 2 NUMA nodes, a management
     /// NIC and a 4-queue data NIC) whose guest runs the agent; see `docs/vm-node.md`.
     Vm,
+    /// A real Kubernetes node: containerd and a kubelet inside the node's network namespace
+    /// (with a mount namespace of their own), pods placed by kube-scheduler; hoststack is
+    /// installed with Helm, its agents run as DaemonSet pods. See `docs/lab.md`, Real nodes.
+    Kubelet,
 }
 
 /// One node of the lab.
@@ -36,6 +40,15 @@ impl NodeSpec {
             name: name.into(),
             labels: BTreeMap::new(),
             kind: NodeKind::Process,
+        }
+    }
+
+    /// A real (kubelet) node without labels.
+    pub fn kubelet(name: impl Into<String>) -> Self {
+        NodeSpec {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            kind: NodeKind::Kubelet,
         }
     }
 
@@ -90,6 +103,18 @@ impl LabConfig {
             agent_args: Vec::new(),
             agent_image: "ghcr.io/hoststack/hoststack:dev".to_string(),
         }
+    }
+
+    /// `n` real nodes (kubelet and containerd in each namespace) named and labelled as by
+    /// [`LabConfig::with_nodes`], without lab-run operator and agents: hoststack comes with
+    /// `helm install` ([`crate::Lab::helm`]), its agents as DaemonSet pods.
+    pub fn real_pool(n: usize) -> Self {
+        let mut config = LabConfig::with_nodes(n).control_plane_only();
+        for node in &mut config.nodes {
+            node.kind = NodeKind::Kubelet;
+        }
+        config.agent_image = crate::kubelet::LAB_IMAGE.to_string();
+        config
     }
 
     /// The same configuration without operator and agents: control plane, nodes and

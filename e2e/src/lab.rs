@@ -4,7 +4,7 @@ use crate::binaries::{repo_root, Binaries};
 use crate::command::{self, cmd};
 use crate::config::{validate_node_name, LabConfig, NodeKind, NodeSpec};
 use crate::process::{tail, Managed, Signal, Spawner};
-use crate::{network, pki, sweep, vm, Error, Result};
+use crate::{kubelet, network, pki, sweep, vm, Error, Result};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -51,6 +51,9 @@ pub struct Lab {
     operator_metrics: SocketAddr,
     /// Set once a failure has printed [`Lab::diagnostics`], so Drop does not print them again.
     diagnosed: AtomicBool,
+    /// The real (kubelet) nodes and their controllers, when the nodes are
+    /// [`NodeKind::Kubelet`].
+    real_nodes: Option<kubelet::Pool>,
     _slot: Slot,
 }
 
@@ -127,13 +130,32 @@ impl Lab {
             }
             match node.kind {
                 NodeKind::Process | NodeKind::Vm => {}
+                NodeKind::Kubelet => {
+                    if config.start_operator || config.start_agents {
+                        return Err(Error::Setup(format!(
+                            "node {}: real (kubelet) nodes get hoststack from `helm install`, \
+                             not from lab-run operator and agents (use LabConfig::real_pool)",
+                            node.name
+                        )));
+                    }
+                }
             }
+        }
+        let kubelets = config
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Kubelet)
+            .count();
+        if kubelets != 0 && kubelets != config.nodes.len() {
+            return Err(Error::Setup(
+                "a lab's nodes are either all real (kubelet) nodes or none".into(),
+            ));
         }
         if config.nodes.len() > 200 {
             return Err(Error::Setup("at most 200 nodes".into()));
         }
         let slot = Slot::acquire();
-        let bins = Binaries::locate(config.start_operator || config.start_agents)?;
+        let bins = Binaries::locate(config.start_operator || config.start_agents || kubelets != 0)?;
         let (index, dir, warnings) = sweep::allocate()?;
         for warning in warnings {
             eprintln!("hoststack-lab: while sweeping stale labs: {warning}");
@@ -179,6 +201,7 @@ impl Lab {
             torn_down: false,
             diagnosed: AtomicBool::new(false),
             operator_metrics,
+            real_nodes: None,
             _slot: slot,
         };
         lab.boot()?;
@@ -263,6 +286,11 @@ impl Lab {
             &format!("--service-account-signing-key-file={}", p(&pki.sa_key)),
             "--allow-privileged=true",
             "--profiling=false",
+            // Real nodes: logs and exec reach kubelets at their addresses, as the lab admin
+            // (the kubelets trust the lab CA and authorize every authenticated client).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            &format!("--kubelet-client-certificate={}", p(&pki.admin_cert)),
+            &format!("--kubelet-client-key={}", p(&pki.admin_key)),
         ]);
         let apiserver = self.spawn(
             "kube-apiserver",
@@ -285,6 +313,14 @@ impl Lab {
             lab.kubectl(&["get", "--raw", "/readyz"]).status.success()
         })?;
         phase(self, "kube-apiserver ready");
+        if self
+            .config
+            .nodes
+            .iter()
+            .any(|n| n.kind == NodeKind::Kubelet)
+        {
+            return self.boot_real_nodes(port);
+        }
 
         // The API: CRDs, the namespace, the chart's ServiceAccounts and RBAC, the Nodes.
         let crds = self.repo.join("crds");
@@ -350,6 +386,8 @@ impl Lab {
             // token's Pod stays Pending and nothing runs it.
             match node.spec.kind {
                 NodeKind::Process | NodeKind::Vm => {}
+                // Real pools boot in boot_real_nodes and never get here.
+                NodeKind::Kubelet => continue,
             }
             let name = node.spec.name.as_str();
             let pod = token_pod(name);
@@ -651,6 +689,10 @@ impl Lab {
         }
         self.torn_down = true;
         let mut errors = Vec::new();
+        // Real nodes first: kubelets, containerd, pods, holders, cgroups, host sysctls.
+        if let Some(mut pool) = self.real_nodes.take() {
+            errors.extend(pool.teardown());
+        }
         let procs = self.procs.get_mut().unwrap_or_else(PoisonError::into_inner);
 
         // VM nodes first: each guest stops its agent and powers off, then its taps go.
@@ -1187,6 +1229,122 @@ impl Lab {
     }
 }
 
+/// Real (kubelet) nodes: see `kubelet` and docs/lab.md, Real nodes.
+impl Lab {
+    /// Boots a real pool once the API server is ready: controller-manager and scheduler, per
+    /// node containerd (with the lab images) and a kubelet; returns when every Node is Ready.
+    /// CRDs, namespace and RBAC are left to `helm install` ([`Lab::helm`]).
+    fn boot_real_nodes(&mut self, api_port: u16) -> Result<()> {
+        let started = Instant::now();
+        let spawn = |name: &str, program: &Path, args: &[String], env: &[(String, String)]| {
+            self.spawn(name, program, args, env)
+        };
+        let input = kubelet::PoolInput {
+            index: self.index,
+            lab_dir: &self.dir,
+            repo: &self.repo,
+            workload_bin: self
+                .bins
+                .agent
+                .parent()
+                .ok_or_else(|| Error::Setup("the agent has no directory".into()))?,
+            control_plane_bin: self
+                .bins
+                .kubectl
+                .parent()
+                .ok_or_else(|| Error::Setup("kubectl has no directory".into()))?,
+            pki_dir: &self.dir.join("pki"),
+            api_url: &self.api_url,
+            api: (network::bridge_ip(self.index), api_port),
+            loopback: network::loopback_ip(self.index),
+            nodes: self
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(position, n)| kubelet::NodeInput {
+                    name: &n.spec.name,
+                    netns: &n.netns,
+                    ip: n.ip,
+                    position,
+                    labels: n
+                        .spec
+                        .labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                })
+                .collect(),
+            spawn: &spawn,
+        };
+        let pool = kubelet::Pool::start(&input)?;
+        self.real_nodes = Some(pool);
+        self.note(&format!(
+            "{:>6.2}s images built and imported, kubelets started",
+            started.elapsed().as_secs_f64()
+        ));
+        let names = self.node_names();
+        self.await_ready("every real Node Ready", Duration::from_secs(120), |lab| {
+            names.iter().all(|name| {
+                let out = lab.kubectl(&[
+                    "get",
+                    "node",
+                    name,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ]);
+                out.status.success() && out.stdout == b"True"
+            })
+        })?;
+        self.note(&format!(
+            "{:>6.2}s every real Node Ready",
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// The chart's directory, charts/hoststack.
+    pub fn chart_dir(&self) -> PathBuf {
+        self.repo.join("charts").join("hoststack")
+    }
+
+    /// Writes `values-lab.yaml` in the lab directory: the chart's values for a real pool (the
+    /// image every node imported, [`crate::LAB_IMAGE`], never pulled) plus `extra` (YAML
+    /// appended as is); its path.
+    pub fn lab_chart_values(&self, extra: &str) -> PathBuf {
+        let (repository, tag) = kubelet::LAB_IMAGE
+            .rsplit_once(':')
+            .expect("the lab image has a tag");
+        let path = self.dir.join("values-lab.yaml");
+        let values = format!(
+            "image:\n  repository: {repository}\n  tag: {tag}\n  pullPolicy: Never\n{extra}"
+        );
+        std::fs::write(&path, values).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        path
+    }
+
+    /// Runs the lab's helm with the admin kubeconfig and helm's state under the lab directory
+    /// (e.g. `&["install", "hoststack", chart, "-n", NAMESPACE, "--create-namespace"]`).
+    pub fn helm(&self, args: &[&str]) -> Output {
+        let helm_home = self.dir.join("helm");
+        let mut helm = cmd(self.bins.helm.to_str().expect("UTF-8 path"), args);
+        helm.env("KUBECONFIG", self.kubeconfig())
+            .env("HELM_CACHE_HOME", helm_home.join("cache"))
+            .env("HELM_CONFIG_HOME", helm_home.join("config"))
+            .env("HELM_DATA_HOME", helm_home.join("data"));
+        command::output(&mut helm, None).unwrap_or_else(|e| panic!("running helm: {e}"))
+    }
+
+    /// The processes of the real nodes as (name, pid): kube-controller-manager,
+    /// kube-scheduler, and per node "holder <node>", "containerd <node>", "kubelet <node>".
+    /// Empty for other labs.
+    pub fn real_node_processes(&mut self) -> Vec<(String, u32)> {
+        self.real_nodes
+            .as_mut()
+            .map(kubelet::Pool::processes)
+            .unwrap_or_default()
+    }
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         if self.torn_down {
@@ -1217,6 +1375,7 @@ fn node_object(node: &Node) -> String {
             "annotations": {"hoststack.dev/lab-node-kind": match node.spec.kind {
                 NodeKind::Process => "process",
                 NodeKind::Vm => "vm",
+                NodeKind::Kubelet => "kubelet",
             }},
         },
     });

@@ -20,6 +20,7 @@ mod binaries;
 pub mod clients;
 mod command;
 mod config;
+mod kubelet;
 mod lab;
 mod network;
 mod pki;
@@ -30,6 +31,7 @@ pub mod traffic;
 pub mod vm;
 
 pub use config::{LabConfig, NodeKind, NodeSpec};
+pub use kubelet::LAB_IMAGE;
 pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};
 pub use process::Signal;
 pub use sweep::{sweep, SweepReport};

@@ -98,44 +98,8 @@ pub(crate) fn generate(dir: &Path, server_ips: &[Ipv4Addr]) -> Result<Pki> {
         "-out",
         s(&pki.ca_cert),
     ])?;
-    let sign = |name: &str, subject: &str, ext: &str, key: &Path, cert: &Path| -> Result<()> {
-        ec_key(key)?;
-        let csr = path(&format!("{name}.csr"));
-        openssl(&[
-            "req",
-            "-new",
-            "-key",
-            s(key),
-            "-subj",
-            subject,
-            "-config",
-            s(&cnf),
-            "-out",
-            s(&csr),
-        ])?;
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            s(&csr),
-            "-CA",
-            s(&pki.ca_cert),
-            "-CAkey",
-            s(&ca_key),
-            "-CAcreateserial",
-            "-days",
-            "30",
-            "-extfile",
-            s(&cnf),
-            "-extensions",
-            ext,
-            "-out",
-            s(cert),
-        ])?;
-        let _ = std::fs::remove_file(csr);
-        Ok(())
-    };
     sign(
+        dir,
         "apiserver",
         "/CN=kube-apiserver",
         "server",
@@ -143,6 +107,7 @@ pub(crate) fn generate(dir: &Path, server_ips: &[Ipv4Addr]) -> Result<Pki> {
         &pki.serving_cert,
     )?;
     sign(
+        dir,
         "admin",
         "/O=system:masters/CN=hoststack-lab-admin",
         "client",
@@ -159,6 +124,62 @@ pub(crate) fn generate(dir: &Path, server_ips: &[Ipv4Addr]) -> Result<Pki> {
         s(&pki.sa_pub),
     ])?;
     Ok(pki)
+}
+
+/// Signs a client certificate for `subject` (e.g. `/O=system:nodes/CN=system:node:node-a`)
+/// with the CA that [`generate`] made in `dir`; returns `<dir>/<name>.crt` and `<dir>/<name>.key`.
+pub(crate) fn client_certificate(
+    dir: &Path,
+    name: &str,
+    subject: &str,
+) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    sign(dir, name, subject, "client", &key, &cert)?;
+    Ok((cert, key))
+}
+
+/// Makes `key` and a certificate `cert` for `subject` with extensions section `ext` of
+/// `<dir>/openssl.cnf`, signed by the CA in `dir`.
+fn sign(dir: &Path, name: &str, subject: &str, ext: &str, key: &Path, cert: &Path) -> Result<()> {
+    let path = |file: &str| dir.join(file);
+    ec_key(key)?;
+    let csr = path(&format!("{name}.csr"));
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        s(key),
+        "-subj",
+        subject,
+        "-config",
+        s(&path("openssl.cnf")),
+        "-out",
+        s(&csr),
+    ])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        s(&csr),
+        "-CA",
+        s(&path("ca.crt")),
+        "-CAkey",
+        s(&path("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        s(&path("openssl.cnf")),
+        "-extensions",
+        ext,
+        "-out",
+        s(cert),
+    ])?;
+    let _ = std::fs::remove_file(csr);
+    Ok(())
 }
 
 /// How a kubeconfig's user authenticates.

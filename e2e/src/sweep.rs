@@ -106,6 +106,7 @@ pub(crate) fn allocate() -> Result<(u8, PathBuf, Vec<String>)> {
 /// Kills lab k's processes, deletes its network and removes its directory.
 fn sweep_lab(k: u8, dir: &Path, report: &mut SweepReport) {
     report.killed += kill_processes_of(dir);
+    report.errors.extend(crate::kubelet::sweep(k, dir));
     report.errors.extend(crate::lab::unmount_bpffs(dir));
     report.errors.extend(network::remove(k));
     match std::fs::remove_dir_all(dir) {

@@ -1,9 +1,12 @@
 //! `hoststack-lab`: the local lab from the command line.
 //!
-//! - `hoststack-lab up [--nodes 3] [--vm-nodes 1]` starts a lab (node-a and node-b labelled
-//!   pool=edge, node-c pool=core, and VM node vm-a labelled pool=vm), applies examples/, and
-//!   shows `kubectl get networktunings,nodetunings` every few seconds until Ctrl-C or SIGTERM,
-//!   then tears everything down.
+//! - `hoststack-lab up [--nodes 3]` starts a lab of real nodes (kubelet and containerd in each
+//!   node's namespace; node-a and node-b labelled pool=edge, node-c pool=core), installs the
+//!   chart with `helm install`, applies examples/, and shows `kubectl get
+//!   networktunings,nodetunings` every few seconds until Ctrl-C or SIGTERM, then tears
+//!   everything down.
+//! - `hoststack-lab up --process-nodes [--vm-nodes 1]`: the faster lab without kubelets (the
+//!   operator and agents as processes), with VM node vm-a labelled pool=vm.
 //! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
 //!   devices, directories); `--all` also stops labs that are still running.
 
@@ -30,10 +33,15 @@ enum Cmd {
         /// Number of nodes (node-a, node-b, ...; the last is pool=core, the others pool=edge).
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// Process nodes instead of real ones: Node objects without kubelets, the operator and
+        /// agents as plain processes (faster; no images, no Helm).
+        #[arg(long)]
+        process_nodes: bool,
         /// Number of VM nodes (vm-a, vm-b, ...: qemu guests with an IOMMU, 2 NUMA nodes and a
-        /// 4-queue data NIC, pool=vm; see docs/vm-node.md), after the namespace nodes.
-        #[arg(long, default_value_t = 1)]
-        vm_nodes: usize,
+        /// 4-queue data NIC, pool=vm; see docs/vm-node.md), after the namespace nodes; with
+        /// --process-nodes only (default 1 there).
+        #[arg(long)]
+        vm_nodes: Option<usize>,
         /// Directory of NetworkTuning examples to apply (default: the repository's examples/).
         #[arg(long)]
         examples: Option<PathBuf>,
@@ -54,11 +62,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Up {
             nodes,
+            process_nodes,
             vm_nodes,
             examples,
             interval,
         } => up(
             nodes,
+            process_nodes,
             vm_nodes,
             examples,
             Duration::from_secs(interval.max(1)),
@@ -76,7 +86,8 @@ fn main() -> ExitCode {
 
 fn up(
     nodes: usize,
-    vm_nodes: usize,
+    process_nodes: bool,
+    vm_nodes: Option<usize>,
     examples: Option<PathBuf>,
     interval: Duration,
 ) -> Result<(), String> {
@@ -96,12 +107,29 @@ fn up(
         .map_err(|e| e.to_string())?;
 
     let started = Instant::now();
-    eprintln!("hoststack-lab: starting a lab with {nodes} nodes and {vm_nodes} VM nodes ...");
-    let mut config = LabConfig::with_nodes(nodes);
-    config
-        .nodes
-        .extend((0..vm_nodes).map(|i| NodeSpec::vm(vm_node_name(i)).label("pool", "vm")));
+    let config = if process_nodes {
+        let vm_nodes = vm_nodes.unwrap_or(1);
+        eprintln!(
+            "hoststack-lab: starting a lab with {nodes} process nodes and {vm_nodes} VM nodes ..."
+        );
+        let mut config = LabConfig::with_nodes(nodes);
+        config
+            .nodes
+            .extend((0..vm_nodes).map(|i| NodeSpec::vm(vm_node_name(i)).label("pool", "vm")));
+        config
+    } else {
+        if vm_nodes.is_some_and(|n| n > 0) {
+            return Err(
+                "VM nodes run with --process-nodes only (a real pool is all kubelets)".into(),
+            );
+        }
+        eprintln!("hoststack-lab: starting a lab with {nodes} real (kubelet) nodes ...");
+        LabConfig::real_pool(nodes)
+    };
     let lab = Lab::start(config).map_err(|e| e.to_string())?;
+    if !process_nodes {
+        install_chart(&lab)?;
+    }
     eprintln!(
         "hoststack-lab: lab {} up in {:.1}s at {} (directory {})",
         lab.index(),
@@ -161,6 +189,39 @@ fn up(
         stopping.elapsed().as_secs_f64()
     );
     result
+}
+
+/// `helm install` of charts/hoststack into the real pool with the lab's image, waiting for the
+/// operator.
+fn install_chart(lab: &Lab) -> Result<(), String> {
+    let installing = Instant::now();
+    let values = lab.lab_chart_values("");
+    let chart = lab.chart_dir();
+    let out = lab.helm(&[
+        "install",
+        "hoststack",
+        &chart.display().to_string(),
+        "--namespace",
+        hoststack_e2e::NAMESPACE,
+        "--create-namespace",
+        "--values",
+        &values.display().to_string(),
+        "--wait",
+        "--timeout",
+        "300s",
+    ]);
+    if !out.status.success() {
+        return Err(format!(
+            "helm install: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    println!("{}", String::from_utf8_lossy(&out.stdout).trim());
+    eprintln!(
+        "hoststack-lab: chart installed, operator ready in {:.1}s",
+        installing.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// `kubectl apply` of every YAML file in `dir`, each reported.
