@@ -62,13 +62,24 @@ fn tuning() -> String {
     .to_string()
 }
 
+/// `.status` of the node's NodeTuning; null while the operator has not created it yet.
+fn status_of(lab: &Lab) -> serde_json::Value {
+    let out = lab.kubectl(&["get", "nodetuning", NODE, "-o", "json"]);
+    if !out.status.success() {
+        return serde_json::Value::Null;
+    }
+    let object: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("kubectl prints JSON");
+    object["status"].clone()
+}
+
 /// `.status.userspaceStack` of the node's NodeTuning (null when absent).
 fn stack_status(lab: &Lab) -> serde_json::Value {
-    lab.get_json(&["get", "nodetuning", NODE])["status"]["userspaceStack"].clone()
+    status_of(lab)["userspaceStack"].clone()
 }
 
 fn node_state(lab: &Lab) -> String {
-    lab.get_json(&["get", "nodetuning", NODE])["status"]["state"]
+    status_of(lab)["state"]
         .as_str()
         .unwrap_or_default()
         .to_string()
@@ -212,6 +223,21 @@ fn the_userspace_stack_serves_beside_the_kernel_is_restarted_and_reverts() {
         sample(&scrape(lab.agent_metrics_address(NODE))?, PASSIVE_OPENS).filter(|n| *n >= 2)
     });
     assert!(opens >= 2);
+    // Every userspace series is named as a kernel series of the same family is.
+    let text = scrape(lab.agent_metrics_address(NODE)).expect("/metrics");
+    let userspace: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("{stack=\"userspace\","))
+        .collect();
+    assert!(userspace.len() >= 10, "{userspace:?}");
+    for line in userspace {
+        let series = &line[..line.rfind(' ').expect("a value")];
+        let kernel = series.replace("{stack=\"userspace\",", "{stack=\"kernel\",");
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{kernel} "))),
+            "{series} has no kernel twin"
+        );
+    }
 
     // SIGKILL the runner: the agent starts it again, and it serves again.
     let first = status["pid"].as_u64().expect("pid");

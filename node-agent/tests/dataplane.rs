@@ -216,6 +216,10 @@ fn a_runner_whose_setup_fails_is_retried_with_its_reason_in_status() {
     assert!(status.shards.is_empty());
     sup.stop().expect("stop");
     assert_eq!(sup.status(), None);
+    assert!(
+        !dir.path().join("state/userstack/config.json").exists(),
+        "the files of a runner that is not running go too"
+    );
 }
 
 #[test]

@@ -179,8 +179,9 @@ impl Supervisor {
     }
 
     /// Stops the stack, if it runs: SIGTERM, the drain deadline and a grace period, then
-    /// SIGKILL. Then checks that no XDP program is left on its interface and removes its files.
-    /// Also stops a runner found at start that nothing asked for any more.
+    /// SIGKILL, and checks that no XDP program is left on its interface. Then removes its files
+    /// (config, stats, pid record), so no stale counters are exported. Also stops a runner found
+    /// at start that nothing asked for any more.
     pub fn stop(&self) -> Result<(), String> {
         let mut state = self.shared.lock();
         state.wanted = None;
@@ -188,12 +189,12 @@ impl Supervisor {
         state.failures = 0;
         state.restarts = 0;
         state.last_exit = None;
-        let Some(running) = state.running.take() else {
-            return Ok(());
-        };
-        let iface = running.config.interface.clone();
-        self.shared.stop_process(running)?;
-        self.shared.check_detached(&iface)?;
+        if let Some(running) = state.running.take() {
+            let iface = running.config.interface.clone();
+            self.shared.stop_process(running)?;
+            self.shared.check_detached(&iface)?;
+        }
+        // Also the files of a runner that died while no agent watched it.
         for file in ["runner.json", "config.json", "stats.json"] {
             match fs::remove_file(self.shared.dir.join(file)) {
                 Ok(()) => {}
