@@ -78,6 +78,62 @@ pub struct NodeTuningSpec {
     /// while this is set, and none once it is removed, so status writes stay bounded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_request: Option<HealthRequest>,
+    /// Asks the agent what applying another config would change on this node, changing nothing
+    /// (`kubectl hoststack plan`). Written by the plugin under its own field manager, so the
+    /// operator neither owns nor clears it, and removed by the plugin when it has the answer;
+    /// the agent answers in `status.preview`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PreviewRequest>,
+}
+
+impl NodeTuningSpec {
+    /// The spec without its preview request: the part the operator writes and compares.
+    pub fn without_preview(&self) -> NodeTuningSpec {
+        NodeTuningSpec {
+            preview: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// A request to preview a config on one node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewRequest {
+    /// Names the request; the agent answers each id once and echoes it in `status.preview`.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    /// The NetworkTuning the config comes from (it may not exist yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<String>,
+    /// The config to preview.
+    pub config: NodeConfig,
+}
+
+/// The agent's answer to a [`PreviewRequest`]: what applying its config would do on this host
+/// now, from the journal and the values read from the host. Nothing was changed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewResult {
+    /// The `spec.preview.id` this answers.
+    pub id: String,
+    /// The revision of the previewed config.
+    pub revision: String,
+    /// The revision the host is on now; absent when hoststack has changed nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<String>,
+    /// Planned, or Failed when the agent could not make the plan (see `message`).
+    pub state: NodeState,
+    /// Why items would fail, or why no plan could be made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// One entry per setting the transaction would involve: `actual` is the value on the host
+    /// now, `desired` the value it would get (for a setting the config no longer manages: its
+    /// original), `state` WouldChange, Unchanged, WouldFail or NotSupported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<ItemResult>,
+    /// When the agent read the host for this answer (RFC 3339).
+    pub observed_at: String,
 }
 
 /// A request for health samples.
@@ -228,6 +284,9 @@ pub struct NodeTuningStatus {
     /// The latest health sample, while `spec.healthRequest` asks for samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthSample>,
+    /// The answer to `spec.preview`, while it is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PreviewResult>,
     /// The user-space TCP stack the agent runs for `config.userspaceStack`, while it runs or
     /// is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]

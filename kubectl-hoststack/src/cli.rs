@@ -6,7 +6,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// promote, pause, resume, abort and undo; report draws a rollout over time from Prometheus.
 ///
 /// Exit codes: 0 done; 1 the cluster could not be reached or refused, or the request does not
-/// fit the rollout's state; 2 bad command line; 3 no such tuning or revision; 4 no permission.
+/// fit the rollout's state; 2 bad command line; 3 no such tuning or revision; 4 no permission;
+/// plan only: 5 something would fail on a node, 6 a selected node gave no plan.
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-hoststack", bin_name = "kubectl hoststack", version)]
 pub struct Cli {
@@ -36,6 +37,10 @@ pub enum Command {
     /// Show a tuning's rollout: phase, revisions, and waves → nodes → host settings, with each
     /// wave's analysis against the baseline.
     Get(Get),
+    /// Preview what a tuning (a file, possibly not applied yet, or an existing tuning) would
+    /// change on each node it selects: the agents plan it against their hosts, changing
+    /// nothing. Exit 5 when something would fail, 6 when a node gave no plan.
+    Plan(Plan),
     /// Promote the wave in flight (or `--wave N`) past its manual gate or inconclusive analysis.
     Promote(Promote),
     /// Hold the rollout where it is (sets spec.rollout.paused).
@@ -71,6 +76,36 @@ pub struct Get {
     /// Print again whenever the tuning or one of its nodes changes, until interrupted.
     #[arg(short, long)]
     pub watch: bool,
+}
+
+/// `plan`'s arguments.
+#[derive(Debug, Args)]
+pub struct Plan {
+    /// A file with one NetworkTuning (`-` reads stdin), or the name of an existing tuning.
+    /// A path that exists, contains `/` or ends in .yaml, .yml or .json is a file.
+    pub tuning: String,
+    /// Plan only this node (it must be one the tuning selects).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Print the plan as JSON or YAML, for scripts.
+    #[arg(short, long, value_enum)]
+    pub output: Option<Output>,
+    /// How long to wait for the agents' answers (e.g. 30s, 2m).
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub timeout: std::time::Duration,
+}
+
+impl Plan {
+    /// Whether `tuning` names a file (or stdin) rather than an existing tuning.
+    pub fn is_file(&self) -> bool {
+        let t = &self.tuning;
+        t == "-"
+            || t.contains('/')
+            || [".yaml", ".yml", ".json"]
+                .iter()
+                .any(|ext| t.to_ascii_lowercase().ends_with(ext))
+            || std::path::Path::new(t).exists()
+    }
 }
 
 /// Machine-readable formats.
@@ -201,6 +236,38 @@ mod tests {
         assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32);
         let e = Cli::try_parse_from(["kubectl-hoststack", "get", "edge", "-o", "xml"]).unwrap_err();
         assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32);
+    }
+
+    #[test]
+    fn plan_takes_a_file_or_a_tuning_a_node_and_a_timeout() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["kubectl-hoststack", "plan"];
+            all.extend_from_slice(args);
+            match Cli::try_parse_from(all).map(|c| c.command) {
+                Ok(Command::Plan(p)) => Ok(p),
+                Ok(other) => panic!("not plan: {other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let p = parse(&["edge"]).unwrap();
+        assert!(!p.is_file());
+        assert_eq!(p.timeout, std::time::Duration::from_secs(30));
+        assert_eq!((p.node, p.output), (None, None));
+        for file in ["-", "t.yaml", "T.YML", "x.json", "./edge", "dir/edge"] {
+            assert!(parse(&[file]).unwrap().is_file(), "{file}");
+        }
+        let p = parse(&["edge", "--node", "node-a", "-o", "json", "--timeout", "2m"]).unwrap();
+        assert_eq!(p.node.as_deref(), Some("node-a"));
+        assert_eq!(p.output, Some(Output::Json));
+        assert_eq!(p.timeout, std::time::Duration::from_secs(120));
+        for bad in [
+            &[][..],
+            &["edge", "--timeout", "soon"],
+            &["edge", "-o", "xml"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32, "{bad:?}");
+        }
     }
 
     #[test]

@@ -17,10 +17,12 @@ use crate::render::{render, Colour};
 use crate::steer;
 use crate::undo;
 
-/// Runs the parsed command line, printing to stdout.
-pub async fn run(cli: Cli) -> Result<()> {
+/// Runs the parsed command line, printing to stdout; returns the exit code (not 0 only for a
+/// plan where something would fail or a node gave no plan).
+pub async fn run(cli: Cli) -> Result<u8> {
     let client = cluster::connect(&cli.connection).await?;
-    match cli.command {
+    let done = match cli.command {
+        Command::Plan(args) => return plan(&client, &args).await,
         Command::Get(args) => get(&client, &args).await,
         Command::Promote(args) => promote(&client, &args).await,
         Command::Pause(t) => set_paused(&client, &t, true).await,
@@ -28,7 +30,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Abort(t) => abort(&client, &t).await,
         Command::Undo(args) => undo(&client, &args).await,
         Command::Report(args) => report(&client, &args).await,
-    }
+    };
+    done.map(|()| crate::error::EXIT_OK)
 }
 
 fn say(text: &str) -> Result<()> {
@@ -298,6 +301,92 @@ async fn report(client: &Client, args: &crate::cli::Report) -> Result<()> {
         ));
     }
     say(&text)
+}
+
+/// The tuning to plan: read from a file (or stdin), or the existing one of that name.
+async fn tuning_to_plan(client: &Client, args: &crate::cli::Plan) -> Result<NetworkTuning> {
+    if !args.is_file() {
+        return cluster::tuning(client, &args.tuning).await;
+    }
+    let text = if args.tuning == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(&args.tuning)
+    }
+    .map_err(|e| Error::Invalid(format!("{}: {e}", args.tuning)))?;
+    crate::plan::parse_tuning(&text, &args.tuning)
+}
+
+async fn plan(client: &Client, args: &crate::cli::Plan) -> Result<u8> {
+    use crate::plan::{self, Answer, NodePlan, Plan};
+    use crate::preview;
+    let tuning = tuning_to_plan(client, args).await?;
+    let name = tuning.metadata.name.clone();
+    let all_nodes = preview::nodes(client).await?;
+    let selected = plan::select(&tuning.spec.node_selector, &all_nodes, args.node.as_deref())?;
+    let before = preview::node_tunings(client).await?;
+    let request = preview::request(name.clone(), tuning.spec.config.clone());
+    let id = request.id.clone();
+    // Every node written to is remembered before its write, so that a Ctrl-C or an error
+    // still removes the request from it.
+    let mut written: Vec<String> = Vec::new();
+    let asked = async {
+        let mut answers = std::collections::BTreeMap::new();
+        let mut waiting = Vec::new();
+        for node in &selected {
+            if !before.contains_key(node) {
+                answers.insert(node.clone(), Answer::NoAgent);
+                continue;
+            }
+            written.push(node.clone());
+            if preview::ask(client, node, &request).await? {
+                waiting.push(node.clone());
+            } else {
+                answers.insert(node.clone(), Answer::NoAgent);
+            }
+        }
+        answers.extend(preview::collect(client, &waiting, &id, args.timeout).await?);
+        Ok::<_, Error>(answers)
+    };
+    let answers = tokio::select! {
+        answers = asked => Some(answers),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let failed = preview::withdraw(client, &written, &id).await;
+    for failure in &failed {
+        eprintln!("warning: removing the preview request from {failure}");
+    }
+    if !failed.is_empty() {
+        eprintln!("remove it by hand: kubectl patch nodetuning NODE --type=json -p '[{{\"op\":\"remove\",\"path\":\"/spec/preview\"}}]'");
+    }
+    let Some(answers) = answers else {
+        eprintln!("interrupted: the preview requests are removed; nothing was changed");
+        return Ok(130);
+    };
+    let mut answers = answers?;
+    let plan = Plan {
+        tuning: name.unwrap_or_else(|| "(unnamed)".into()),
+        revision: tuning.spec.config.revision(),
+        nodes: selected
+            .iter()
+            .map(|node| NodePlan {
+                node: node.clone(),
+                governed_by: before.get(node).and_then(|nt| nt.spec.tuning.clone()),
+                answer: answers.remove(node).unwrap_or(Answer::NoAgent),
+            })
+            .collect(),
+    };
+    let text = match args.output {
+        None => plan::render(&plan, colour()),
+        Some(Output::Json) => serde_json::to_string_pretty(&plan)
+            .map(|s| s + "\n")
+            .map_err(|e| Error::Output(e.to_string()))?,
+        Some(Output::Yaml) => serde_yaml::to_string(&plan)
+            .map(|s| format!("---\n{s}"))
+            .map_err(|e| Error::Output(e.to_string()))?,
+    };
+    say(&text)?;
+    Ok(plan.exit_code())
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 //! - [`render`]: the pure picture of a rollout (waves → nodes → host settings, with analysis).
 //! - [`steer`]: what promote, pause, resume and abort write.
 //! - [`undo`]: which recorded revision undo goes back to, and the patch that does it.
+//! - [`plan`]: a tuning's selection and the per-node diff of the agents' previews, with
+//!   [`preview`] asking the agents (NodeTuning `spec.preview`) and collecting their answers.
 //! - [`report`]: the rollout over time from Prometheus, as series, markers and an SVG;
 //!   [`prometheus`]: the small HTTP client for its range API.
 //! - [`cluster`]: the I/O with the API server; [`commands`]: each command as a thin shell.
@@ -12,6 +14,8 @@ pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod error;
+pub mod plan;
+pub mod preview;
 pub mod prometheus;
 pub mod render;
 pub mod report;

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(commands::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.exit_code())

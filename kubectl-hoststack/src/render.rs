@@ -22,16 +22,22 @@ pub enum Colour {
 
 /// What a word means, which decides its colour.
 #[derive(Clone, Copy)]
-enum Tone {
+pub enum Tone {
+    /// Done or as wanted: green.
     Good,
+    /// Under way or changing: yellow.
     Busy,
+    /// Failed or would fail: red.
     Bad,
+    /// Beside the point: dim.
     Dim,
+    /// A heading: bold.
     Bold,
 }
 
 impl Colour {
-    fn paint(self, tone: Tone, text: &str) -> String {
+    /// `text` in the colour of `tone` (unchanged when plain).
+    pub fn paint(self, tone: Tone, text: &str) -> String {
         if self == Colour::Plain {
             return text.to_string();
         }

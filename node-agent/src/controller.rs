@@ -11,12 +11,19 @@
 //! at the end of each window, reads the TCP counters under `--proc-root` and writes status once
 //! with the new sample. Every status write carries the latest sample (server-side apply would
 //! drop a field the write leaves out); when the request goes away the next write clears it.
+//!
+//! A `spec.preview` (`kubectl hoststack plan`) is answered once per id with a Plan-mode run of
+//! its config ([`crate::preview`]), after any transaction of the same reconcile: a preview waits
+//! for an Apply in flight, no longer. The answer rides along in every status write while the
+//! request stays, and goes with the next write once it is removed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use hoststack_crds::{DriftPolicy, NodeTuning, NodeTuningStatus, AGENT_FIELD_MANAGER};
+use hoststack_crds::{
+    DriftPolicy, NodeTuning, NodeTuningStatus, PreviewResult, AGENT_FIELD_MANAGER,
+};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -97,6 +104,7 @@ pub async fn run(config: Config) -> Result<()> {
         sampler: Sampler::new(),
         resumed: false,
         dataplane,
+        preview: None,
     };
 
     let selector = format!("metadata.name={}", config.node_name);
@@ -173,6 +181,8 @@ struct Agent {
     resumed: bool,
     /// Runs the user-space stack of `userspaceStack`.
     dataplane: Supervisor,
+    /// The answer to the spec's preview request, while there is one.
+    preview: Option<PreviewResult>,
 }
 
 impl Agent {
@@ -229,6 +239,7 @@ impl Agent {
         // The stack is the last step of an applied revision.
         self.follow_dataplane(dataplane::after_transaction(&desired, outcome.state));
         self.follow_health_request(&outcome);
+        self.follow_preview();
         self.report(&desired, &outcome).await;
         self.last = Some((desired, outcome));
     }
@@ -265,6 +276,37 @@ impl Agent {
         if let Err(e) = started {
             tracing::warn!(error = %e, "health sampling");
         }
+    }
+
+    /// Answers the spec's preview request, once per id, or forgets the answer when the request
+    /// is gone.
+    fn follow_preview(&mut self) {
+        let Some(object) = &self.object else {
+            self.preview = None;
+            return;
+        };
+        let Some(request) = &object.spec.preview else {
+            self.preview = None;
+            return;
+        };
+        if self.preview.as_ref().is_some_and(|p| p.id == request.id) {
+            return;
+        }
+        let desired = crate::preview::desired(&object.spec, request);
+        let planned = block_in_place(|| self.reconciler.preview(&desired));
+        let answer = crate::preview::answer(
+            &request.id,
+            desired.revision().unwrap_or_default(),
+            planned,
+            &report::now().0.to_string(),
+        );
+        tracing::info!(
+            id = %answer.id,
+            revision = %answer.revision,
+            state = %answer.state,
+            "answered a preview"
+        );
+        self.preview = Some(answer);
     }
 
     /// Ends the health window that is due: reads the counters and writes the sample.
@@ -313,6 +355,7 @@ impl Agent {
             now: report::now(),
         });
         status.userspace_stack = self.dataplane.status();
+        status.preview = self.preview.clone();
         if previous == Some(&status) {
             return;
         }

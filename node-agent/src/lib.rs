@@ -19,6 +19,7 @@
 //! - [`journal`] is the crash-safe record of originals and in-flight transactions,
 //!   [`appliers`] reads and writes host settings, [`facts`] describes the host, and [`report`]
 //!   turns outcomes into a `NodeTuningStatus`; [`exporter`] serves `/metrics`.
+//! - [`preview`] answers `kubectl hoststack plan`: another config in Plan mode, changing nothing.
 
 #![deny(missing_docs)]
 
@@ -35,6 +36,7 @@ pub mod facts;
 pub mod health;
 pub mod heartbeat;
 pub mod journal;
+pub mod preview;
 pub mod reconciler;
 pub mod report;
 pub mod transaction;

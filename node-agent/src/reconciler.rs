@@ -21,7 +21,7 @@ use crate::appliers::{dpdk, irq, Kind, Reading};
 use crate::drift::{self, Drift};
 use crate::expand::{expand, refused_item, Discovery};
 use crate::journal::Applied;
-use crate::transaction::{Goal, Outcome, Readings, Transactor};
+use crate::transaction::{Goal, Outcome, Prepared, Readings, Transactor};
 use crate::Result;
 
 /// What the node's NodeTuning asks for.
@@ -254,16 +254,7 @@ impl Reconciler {
         let mut outcome = match desired {
             Desired::Revision { mode, .. } => {
                 if *mode == Mode::Plan {
-                    let mut outcome = prepared.preview(&goal);
-                    if !blockers.is_empty() {
-                        let reasons = messages(&blockers);
-                        outcome.message = Some(match outcome.message {
-                            Some(m) => format!("{m}; {reasons}"),
-                            None => format!("would fail: {reasons}"),
-                        });
-                        outcome.items.extend(blockers);
-                    }
-                    outcome
+                    planned(&prepared, &goal, blockers)
                 } else if !blockers.is_empty() {
                     not_supported(prepared.preview(&goal), blockers)
                 } else if prepared.is_settled(&goal) || report_drift {
@@ -297,6 +288,18 @@ impl Reconciler {
         self.annotate(&mut outcome);
         self.last = Some((desired.clone(), outcome.clone()));
         Ok(Next::Report(outcome))
+    }
+
+    /// Plan mode for a config other than the spec's (`spec.preview`): what a transaction to
+    /// `desired` would do on the host now, from the journal and fresh readings. Writes nothing
+    /// (beyond undoing an interrupted transaction, as every reconcile does) and leaves the
+    /// reconciler's memory of the spec's own outcome alone.
+    pub fn preview(&self, desired: &Desired) -> Result<Outcome> {
+        let Expanded { goal, blockers } = self.expand(desired)?;
+        let prepared = self.transactor.prepare(&goal, &mut self.pause())?;
+        let mut outcome = planned(&prepared, &goal, blockers);
+        self.annotate(&mut outcome);
+        Ok(outcome)
     }
 
     /// Runs the transaction to `desired`. A revision whose items failed is remembered and not
@@ -407,6 +410,21 @@ fn not_supported(preview: Outcome, blockers: Vec<ItemResult>) -> Outcome {
     }
 }
 
+/// The Planned outcome of a goal: what the transaction would do, with the blockers (refused
+/// requests, unimplemented parts) as items that would fail.
+fn planned(prepared: &Prepared, goal: &Goal, blockers: Vec<ItemResult>) -> Outcome {
+    let mut outcome = prepared.preview(goal);
+    if !blockers.is_empty() {
+        let reasons = messages(&blockers);
+        outcome.message = Some(match outcome.message {
+            Some(m) => format!("{m}; {reasons}"),
+            None => format!("would fail: {reasons}"),
+        });
+        outcome.items.extend(blockers);
+    }
+    outcome
+}
+
 /// The items' messages joined.
 fn messages(items: &[ItemResult]) -> String {
     items
@@ -491,6 +509,59 @@ mod tests {
             r.expand(&Desired::Withdrawn).expect("expand").goal,
             Goal::revert()
         );
+    }
+
+    #[test]
+    fn a_preview_plans_from_the_host_and_writes_nothing() {
+        let proc_root = tempfile::tempdir().expect("tempdir");
+        let state = tempfile::tempdir().expect("tempdir");
+        let sack = proc_root.path().join("sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let r = Reconciler::new(
+            Transactor::new(
+                crate::appliers::Host::new(proc_root.path(), proc_root.path()),
+                crate::journal::JournalStore::new(state.path()),
+            ),
+            Duration::ZERO,
+        );
+        let mut c = config();
+        c.sysctls.insert(
+            "net.ipv4.conf.plan0.rp_filter".into(),
+            SysctlValue("2".into()),
+        );
+        let desired = Desired::Revision {
+            tuning: "edge".into(),
+            revision: c.revision(),
+            config: Box::new(c),
+            mode: Mode::Plan,
+        };
+        let outcome = r.preview(&desired).expect("preview");
+        assert_eq!(outcome.state, NodeState::Planned);
+        let item = |target: &str| {
+            outcome
+                .items
+                .iter()
+                .find(|i| i.target == target)
+                .unwrap_or_else(|| panic!("no {target} in {outcome:?}"))
+        };
+        let sack_item = item("net.ipv4.tcp_sack");
+        assert_eq!(
+            (
+                sack_item.state,
+                sack_item.actual.as_deref(),
+                sack_item.desired.as_deref()
+            ),
+            (ItemState::WouldChange, Some("1"), Some("0"))
+        );
+        let missing = item("net.ipv4.conf.plan0.rp_filter");
+        assert_eq!(missing.state, ItemState::WouldFail);
+        assert!(missing.message.is_some(), "{missing:?}");
+        let message = outcome.message.as_deref().unwrap_or_default();
+        assert!(message.starts_with("would fail: "), "{message}");
+        // Nothing written: the host value stays, and no journal was made.
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n");
+        assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -124,6 +124,8 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         conditions,
         facts: input.facts.clone(),
         health: input.health.cloned(),
+        // The watch loop adds the answer to a preview request (it keeps it between writes).
+        preview: None,
         // The watch loop adds the user-space stack's status from its supervisor.
         userspace_stack: None,
     }

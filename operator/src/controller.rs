@@ -254,6 +254,7 @@ fn node_spec(
         mode: Some(Mode::Apply),
         rollout_phase: Some(plan.phase),
         health_request: plan.health_request.clone(),
+        preview: None,
     }
 }
 
@@ -558,7 +559,14 @@ async fn apply(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
                 }
             },
         };
-        if snap.node_tunings.get(node).map(|nt| &nt.spec) != Some(&spec) {
+        // A preview (`kubectl hoststack plan`) is not the operator's: it neither sets nor
+        // compares it, and its server-side apply leaves it alone.
+        if snap
+            .node_tunings
+            .get(node)
+            .map(|nt| nt.spec.without_preview())
+            != Some(spec.clone())
+        {
             info!(tuning = %name, node, revision = ?spec.revision, phase = ?plan.phase, "assigning revision");
             apply_node_spec(&ctx.client, node, spec).await?;
         }
