@@ -1179,3 +1179,63 @@ fn dpdk_binds_a_device_without_netdev_selected_by_pci_address() {
     assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
     assert_eq!(node.snapshot(), pristine);
 }
+
+/// A user-space stack's cores leave every queue IRQ and every RPS/XPS mask that names them (the
+/// spec's own RPS mask included) as journaled settings, and a revert gives them back byte for
+/// byte. IRQs that are no queue's (a device's config IRQ) are left alone.
+#[test]
+fn a_userspace_stack_takes_its_cores_out_of_the_network_masks_and_revert_gives_them_back() {
+    let node = FakeNode::new();
+    // XPS of eth2 names every CPU before the tuning.
+    let xps = node.sys().join("class/net/eth2/queues/tx-0/xps_cpus");
+    put(&xps, "f\n");
+    let pristine = node.snapshot();
+    let mut config = NodeConfig::default();
+    let mut eth1 = iface("eth1");
+    eth1.rps = Some(Rps {
+        cpus: "0-3".into(),
+        flow_entries: None,
+    });
+    config.interfaces.push(eth1);
+    config.userspace_stack = Some(hoststack_crds::UserspaceStack {
+        cores: "3".into(),
+        interface: "eth1".into(),
+        address: "198.18.9.2/24".into(),
+        ..hoststack_crds::UserspaceStack::default()
+    });
+    let mut r = node.reconciler();
+    let outcome = reconcile(&mut r, &node_tuning(config, Mode::Apply));
+    assert_eq!(outcome.state, NodeState::Applied, "{:?}", outcome.message);
+    let affinity = |irq: u32| node.read(&node.proc_().join(format!("irq/{irq}/smp_affinity_list")));
+    for irq in [30, 31, 32, 33, 40, 42, 50] {
+        assert_eq!(affinity(irq), "0-2", "queue IRQ {irq}");
+    }
+    for irq in [39, 49, 59] {
+        assert_eq!(affinity(irq), "0-3", "config IRQ {irq} is no queue's");
+    }
+    let cpus = |path: PathBuf| mask_cpus(&node.read(&path)).expect("a mask");
+    let queues = node.sys().join("class/net");
+    for q in ["rx-0", "rx-1"] {
+        let rps = queues.join(format!("eth1/queues/{q}/rps_cpus"));
+        assert_eq!(
+            cpus(rps),
+            [0, 1, 2].into(),
+            "the spec's RPS mask without core 3"
+        );
+    }
+    assert_eq!(cpus(xps.clone()), [0, 1, 2].into());
+    assert_eq!(
+        cpus(queues.join("eth0/queues/rx-0/rps_cpus")),
+        BTreeSet::new()
+    );
+    let irq40 = item(&outcome, "irqAffinity", "40");
+    assert_eq!(irq40.original.as_deref(), Some("0-3"));
+    assert_eq!(irq40.state, ItemState::Applied);
+    assert_eq!(
+        item(&outcome, "xpsCpus", "eth2/tx-0").original.as_deref(),
+        Some("f")
+    );
+
+    assert_eq!(reconcile(&mut r, &withdrawn()).state, NodeState::Reverted);
+    assert_eq!(node.snapshot(), pristine);
+}
