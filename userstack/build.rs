@@ -4,13 +4,21 @@
 //! `clang -O2 -g -target bpf`, without CO-RE: the program reads only packet bytes, so it loads
 //! on kernels without BTF for vmlinux (as the agent's programs do, see node-agent/build.rs).
 //! The headers come from libbpf-dev (`bpf/bpf_helpers.h`) and the kernel UAPI headers.
-//! `CLANG` names another clang binary.
+//! `CLANG` names another clang binary. With the cargo feature `dpdk` it also runs
+//! `dpdk/build_dpdk.rs` (DPDK bindings and the C shim).
 
 use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
+#[cfg(feature = "dpdk")]
+#[path = "dpdk/build_dpdk.rs"]
+mod build_dpdk;
+
 fn main() {
+    // The DPDK bindings and shim, only with the cargo feature `dpdk` (CARGO_FEATURE_DPDK).
+    #[cfg(feature = "dpdk")]
+    build_dpdk::build();
     let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");

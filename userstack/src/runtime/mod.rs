@@ -165,9 +165,22 @@ impl Runtime {
                     .map_err(|e| format!("TAP {}: {e}", config.interface))?;
                 (vec![Box::new(tap) as Box<dyn Device + Send>], None, "tap")
             }
+            #[cfg(feature = "dpdk")]
             Backend::Dpdk => {
-                return Err("backend dpdk: this build has no DPDK support (it is not \
-                            implemented yet; see docs/userstack.md)"
+                let opened = crate::device::dpdk::open(config)?;
+                stack_config.mac = opened.mac;
+                stack_config.mtu = opened.mtu;
+                let devices = opened
+                    .queues
+                    .into_iter()
+                    .map(|q| Box::new(q) as Box<dyn Device + Send>)
+                    .collect();
+                (devices, None, "dpdk")
+            }
+            #[cfg(not(feature = "dpdk"))]
+            Backend::Dpdk => {
+                return Err("backend dpdk: this build has no DPDK support (build the runner \
+                            with `--features dpdk`; see docs/userstack.md)"
                     .into())
             }
         };
