@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hoststack_crds::{InterfaceFacts, UserspaceStack};
+use hoststack_crds::{InterfaceFacts, StackBackend, UserspaceStack};
 
 use crate::appliers::irq::{format_list, parse_list, QueueIrq};
 use crate::appliers::rps::{cpus_to_mask, mask_cpus};
@@ -103,8 +103,9 @@ pub fn parse_cores(stack: &UserspaceStack) -> Result<BTreeSet<u32>, String> {
 }
 
 /// The pure plan step of `userspaceStack` (see the module doc). The cores must exist and be
-/// online, leave the agent at least one CPU of its affinity, and the interface must exist;
-/// otherwise the refusals say why and `desired` is left as it was.
+/// online, leave the agent at least one CPU of its affinity, and the interface must exist
+/// (backend Tap: the runner creates it, and there must be exactly one core); otherwise the
+/// refusals say why and `desired` is left as it was.
 pub fn dedicate(
     stack: &UserspaceStack,
     online: &BTreeSet<u32>,
@@ -143,7 +144,16 @@ pub fn dedicate(
             format_list(&facts.agent_cpus)
         )));
     }
-    if !interfaces.iter().any(|i| i.name == stack.interface) {
+    if stack.backend == StackBackend::Tap {
+        // The runner creates the TAP device itself, with one queue for one shard.
+        if cores.len() != 1 {
+            refused.push(refuse(format!(
+                "userspaceStack.cores: backend Tap runs exactly one shard; {} are {} cores",
+                format_list(&cores),
+                cores.len()
+            )));
+        }
+    } else if !interfaces.iter().any(|i| i.name == stack.interface) {
         let have: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
         refused.push(refuse(format!(
             "userspaceStack.interface: no interface {:?} on this host (have: {})",
@@ -318,6 +328,19 @@ mod tests {
             ]
         );
         assert!(desired.is_empty());
+        // Backend Tap: the runner creates the device, and runs one shard.
+        let tap = |cores: &str| UserspaceStack {
+            backend: StackBackend::Tap,
+            ..stack(cores, "tap9")
+        };
+        let mut desired = Desired::new();
+        let refused = dedicate(&tap("2-3"), &online, &ifaces(), &facts(), &mut desired);
+        assert_eq!(
+            messages(&refused),
+            ["userspaceStack.cores: backend Tap runs exactly one shard; 2-3 are 2 cores"]
+        );
+        let refused = dedicate(&tap("2"), &online, &ifaces(), &facts(), &mut desired);
+        assert!(refused.is_empty(), "{refused:?}");
     }
 
     #[test]
