@@ -85,15 +85,18 @@ Nodes: 1 would change, 1 would fail, 1 without a plan. Nothing was changed.
 
 /// Runs the plugin with the lab's admin kubeconfig.
 fn run(lab: &Lab, args: &[&str]) -> Output {
+    let started = std::time::Instant::now();
     let out = Command::new(lab.plugin_binary())
         .arg("--kubeconfig")
         .arg(lab.kubeconfig())
         .args(args)
         .output()
         .expect("the plugin runs");
+    // How long it took is printed for the docs, never asserted.
     eprintln!(
-        "$ kubectl hoststack {}\n{}{}",
+        "$ kubectl hoststack {}   # {} ms\n{}{}",
         args.join(" "),
+        started.elapsed().as_millis(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
