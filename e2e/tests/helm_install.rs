@@ -303,7 +303,8 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         "node-c untouched"
     );
     eprintln!(
-        "timing: real pool Ready {:.1}s; helm install to operators Ready and a leader ({leader}) \
+        "timing: Lab::start to every Node Ready (with any cargo build of the binaries; \
+         logs/lab.log has the lab's own phases) {:.1}s; helm install to operators Ready and a leader ({leader}) \
          {:.1}s; tuning applied to agents Running {:.1}s, to both hosts tuned {:.1}s; from \
          nothing to agents Running {:.1}s",
         pool_ready.as_secs_f64(),
@@ -463,14 +464,31 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
     }
     kubectl_ok(&lab, &["get", "networktuning", "edge"]);
     for node in ["node-a", "node-b"] {
+        kubectl_ok(&lab, &["get", "nodetuning", node]);
+        let label = jsonpath(
+            &lab,
+            &["get", "node", node],
+            "{.metadata.labels.hoststack\\.dev/agent}",
+        );
+        assert_eq!(label, "true", "{node} keeps its hoststack.dev/agent label");
+    }
+    for node in ["node-a", "node-b"] {
         assert_eq!(sysctls(&lab, node), second, "{node} keeps its tuning");
     }
     assert_eq!(sysctls(&lab, "node-c"), originals["node-c"]);
     for (kind, name) in [
         ("deployment", "hoststack-operator"),
         ("daemonset", "hoststack-agent"),
+        ("poddisruptionbudget", "hoststack-operator"),
         ("serviceaccount", "hoststack-agent"),
         ("serviceaccount", "hoststack-operator"),
+        ("clusterrole", "hoststack-agent"),
+        ("clusterrolebinding", "hoststack-agent"),
+        ("validatingadmissionpolicy", "hoststack-agent-own-node"),
+        (
+            "validatingadmissionpolicybinding",
+            "hoststack-agent-own-node",
+        ),
     ] {
         let out = lab.kubectl(&["get", kind, name, "-n", NAMESPACE]);
         assert!(
