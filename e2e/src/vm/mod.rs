@@ -269,17 +269,28 @@ impl Vm {
         ));
     }
 
-    /// Starts the guest's agent with the lab's flags plus `extra` (e.g. `["--step-delay",
-    /// "20s"]`). Panics if it runs already.
+    /// Starts the guest's agent with the lab's flags plus `extra` (e.g. `["--resync-interval",
+    /// "5s"]`). Panics if it runs already.
     pub fn start_agent(&self, extra: &[&str]) {
+        self.start_agent_with_env(&[], extra);
+    }
+
+    /// [`Vm::start_agent`] with extra environment variables (e.g. the DPDK applier's
+    /// `HOSTSTACK_DPDK_UNBIND_PAUSE` kill-test hook).
+    pub fn start_agent_with_env(&self, env: &[(&str, &str)], extra: &[&str]) {
         assert!(
             !self.agent_running(),
             "the agent on {} already runs",
             self.node
         );
+        let env: Vec<String> = env
+            .iter()
+            .map(|(k, v)| format!("{k}={}", quote(v)))
+            .collect();
         let extra: Vec<String> = extra.iter().map(|a| quote(a)).collect();
         self.run(&format!(
-            "setsid /bin/sh {} {} </dev/null >/dev/null 2>&1 &",
+            "{} setsid /bin/sh {} {} </dev/null >/dev/null 2>&1 &",
+            env.join(" "),
             quote(&self.share.join("agent.sh").display().to_string()),
             extra.join(" ")
         ));

@@ -62,8 +62,9 @@ pub(crate) fn args(spec: &QemuSpec) -> Vec<String> {
     .collect();
     let mut push = |items: &[String]| args.extend(items.iter().cloned());
     push(&[
+        // One socket per NUMA node, so no CPU shares a cache with one on the other node.
         "-smp".into(),
-        CPUS.to_string(),
+        format!("{CPUS},sockets={CPUS},cores=1,threads=1"),
         "-m".into(),
         format!("{MEMORY_MIB}M"),
         "-object".into(),

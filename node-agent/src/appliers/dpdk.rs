@@ -115,6 +115,7 @@ pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> i
     }
     if current.is_some() {
         kernel.write(&dev.join("driver/unbind"), pci.as_bytes())?;
+        pause_after_unbind();
     }
     if driver != "none" {
         kernel.write(
@@ -123,6 +124,21 @@ pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> i
         )?;
     }
     Ok(())
+}
+
+/// Environment variable of the kill tests' hook: a pause (e.g. `30s`) between unbinding a
+/// device and probing it again, the one moment a device has no driver, so that a test can
+/// SIGKILL the agent there and prove the journal finishes or undoes the bind after a restart.
+pub const UNBIND_PAUSE_ENV: &str = "HOSTSTACK_DPDK_UNBIND_PAUSE";
+
+/// Sleeps for [`UNBIND_PAUSE_ENV`] when it is set (never in production).
+fn pause_after_unbind() {
+    let pause = std::env::var(UNBIND_PAUSE_ENV)
+        .ok()
+        .and_then(|v| crate::config::parse_duration(&v).ok());
+    if let Some(pause) = pause {
+        std::thread::sleep(pause);
+    }
 }
 
 /// The IOMMU group of a PCI device, from `<sys>/bus/pci/devices/ADDR/iommu_group`.
