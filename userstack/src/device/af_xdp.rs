@@ -34,6 +34,10 @@ pub const RING_SIZE: u32 = 2048;
 pub const FRAME_COUNT: u32 = 2 * RING_SIZE;
 /// Spare frame buffers kept for received frames.
 const SPARE_BUFFERS: usize = 1024;
+/// How long [`XdpSocket::open`] waits for a queue still held by a dead process's socket.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// In this many tries.
+const BUSY_RETRIES: u32 = 100;
 
 /// How the socket moves frames between the NIC and the UMEM.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -52,17 +56,6 @@ impl XdpMode {
             XdpMode::ZeroCopy => "zeroCopy",
         }
     }
-}
-
-/// Counters of one socket, beside the kernel's own (`XDP_STATISTICS`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SocketCounters {
-    /// Frames received.
-    pub rx_frames: u64,
-    /// Frames handed to the tx ring.
-    pub tx_frames: u64,
-    /// Frames dropped because no UMEM frame or tx slot was free.
-    pub tx_dropped: u64,
 }
 
 /// An mmap'ed region, unmapped on drop.
@@ -230,7 +223,6 @@ pub struct XdpSocket {
     tx_frames: Vec<u64>,
     /// Buffers for received frames (from transmitted ones), so receiving does not allocate.
     spare: Vec<Vec<u8>>,
-    counters: SocketCounters,
 }
 
 fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
@@ -295,9 +287,21 @@ impl XdpSocket {
     /// it (see [`super::xdp_redirect`]).
     pub fn open(interface: &str, queue: u32) -> io::Result<XdpSocket> {
         let ifindex = interface_index(interface).map_err(context("no such interface"))?;
-        match XdpSocket::bind(ifindex, queue, XdpMode::ZeroCopy) {
-            Ok(socket) => Ok(socket),
-            Err(_) => XdpSocket::bind(ifindex, queue, XdpMode::Copy),
+        let mut attempts = 0;
+        loop {
+            let result = match XdpSocket::bind(ifindex, queue, XdpMode::ZeroCopy) {
+                Ok(socket) => Ok(socket),
+                Err(_) => XdpSocket::bind(ifindex, queue, XdpMode::Copy),
+            };
+            match result {
+                // The socket of a process that just died holds the queue until the kernel
+                // frees it (deferred): a restarted runner waits for it, up to BUSY_WAIT.
+                Err(e) if e.kind() == io::ErrorKind::ResourceBusy && attempts < BUSY_RETRIES => {
+                    attempts += 1;
+                    std::thread::sleep(BUSY_WAIT / BUSY_RETRIES);
+                }
+                result => return result,
+            }
         }
     }
 
@@ -379,18 +383,12 @@ impl XdpSocket {
             mode,
             tx_frames,
             spare: Vec::with_capacity(SPARE_BUFFERS),
-            counters: SocketCounters::default(),
         })
     }
 
     /// Copy or zero-copy, as bound.
     pub fn mode(&self) -> XdpMode {
         self.mode
-    }
-
-    /// This socket's counters.
-    pub fn counters(&self) -> SocketCounters {
-        self.counters
     }
 
     /// The frame at UMEM address `addr`, `len` bytes long.
@@ -468,7 +466,6 @@ impl Device for XdpSocket {
             }
             self.rx.release(ready);
             self.fill.submit(ready);
-            self.counters.rx_frames += u64::from(ready);
         }
         if self.fill.needs_wakeup() {
             self.kick(true);
@@ -494,11 +491,10 @@ impl Device for XdpSocket {
                     );
                     queued += 1;
                 }
-                Some(addr) => {
-                    self.tx_frames.push(addr);
-                    self.counters.tx_dropped += 1;
-                }
-                None => self.counters.tx_dropped += 1,
+                // No frame or no slot: the frame is dropped, as a full NIC queue would;
+                // TCP retransmits.
+                Some(addr) => self.tx_frames.push(addr),
+                None => {}
             }
             if self.spare.len() < SPARE_BUFFERS {
                 self.spare.push(frame);
@@ -506,7 +502,6 @@ impl Device for XdpSocket {
         }
         if queued > 0 {
             self.tx.submit(queued);
-            self.counters.tx_frames += u64::from(queued);
         }
         // In copy mode one sendto sends at most 32 frames (the kernel's TX_BATCH_SIZE), so
         // kick until the kernel has taken every queued frame; frames left behind would wait

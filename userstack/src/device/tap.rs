@@ -17,7 +17,6 @@ const SPARE_BUFFERS: usize = 1024;
 #[derive(Debug)]
 pub struct Tap {
     file: File,
-    name: String,
     spare: Vec<Vec<u8>>,
 }
 
@@ -59,14 +58,8 @@ impl Tap {
         }
         Ok(Tap {
             file,
-            name: name.to_string(),
             spare: Vec::with_capacity(SPARE_BUFFERS),
         })
-    }
-
-    /// The interface's name.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 }
 

@@ -179,9 +179,11 @@ impl Runtime {
             }
             #[cfg(not(feature = "dpdk"))]
             Backend::Dpdk => {
-                return Err("backend dpdk: this build has no DPDK support (build the runner \
+                return Err(
+                    "backend dpdk: this build has no DPDK support (build the runner \
                             with `--features dpdk`; see docs/userstack.md)"
-                    .into())
+                        .into(),
+                )
             }
         };
         let control = Arc::new(Control::new(Duration::from_millis(config.drain_timeout_ms)));
@@ -236,13 +238,6 @@ impl Runtime {
             }
         }
         Ok(runtime)
-    }
-
-    /// Whether every shard is up and serving.
-    pub fn is_serving(&self) -> bool {
-        self.shards
-            .iter()
-            .all(|(_, f)| f.up.load(Ordering::Acquire) && !f.finished.load(Ordering::Acquire))
     }
 
     /// The stats document in `state`.
