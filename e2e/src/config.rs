@@ -2,10 +2,8 @@
 
 use std::collections::BTreeMap;
 
-/// How a lab node is realised.
-///
-/// Only [`NodeKind::Process`] exists now; later kinds (a real kubelet in the namespace, a VM
-/// with PCI devices) plug in here.
+/// How a lab node is realised: a network namespace with the agent as a process, a real
+/// kubelet in the namespace, or a VM with PCI devices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NodeKind {
