@@ -124,3 +124,61 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn reads_the_contract_command_line() {
+        let parsed = parse_args(&args(&[
+            "run",
+            "--config",
+            "c.json",
+            "--stats",
+            "s.json",
+            "--stats-interval-ms",
+            "250",
+        ]))
+        .unwrap();
+        assert_eq!(parsed.config, PathBuf::from("c.json"));
+        assert_eq!(parsed.stats, PathBuf::from("s.json"));
+        assert_eq!(parsed.interval, Duration::from_millis(250));
+        let default = parse_args(&args(&["run", "--stats", "s", "--config", "c"])).unwrap();
+        assert_eq!(default.interval, Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn bad_command_lines_say_what_is_wrong() {
+        for (words, expected) in [
+            (&[][..], "usage"),
+            (&["serve"][..], "usage"),
+            (&["run", "--stats", "s"][..], "--config is required"),
+            (&["run", "--config", "c"][..], "--stats is required"),
+            (&["run", "--config"][..], "--config needs a value"),
+            (
+                &[
+                    "run",
+                    "--config",
+                    "c",
+                    "--stats",
+                    "s",
+                    "--stats-interval-ms",
+                    "0",
+                ][..],
+                "not a positive",
+            ),
+            (
+                &["run", "--config", "c", "--verbose", "1"][..],
+                "unknown flag --verbose",
+            ),
+        ] {
+            let error = parse_args(&args(words)).unwrap_err();
+            assert!(error.contains(expected), "{words:?}: {error}");
+        }
+    }
+}
