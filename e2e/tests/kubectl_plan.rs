@@ -7,7 +7,8 @@
 //! NodeTunings keep their applied state, the journals stay byte for byte, and no preview
 //! request or answer is left behind. Also: a config the schema refuses (exit 1), an existing
 //! tuning by name with `--node` (no change, exit 0), JSON output, a node whose agent is stopped
-//! (no answer, exit 6) and Ctrl-C while waiting (exit 130, request removed).
+//! (no answer, exit 6) and Ctrl-C while waiting (exit 130, request removed); and a preview
+//! asked while an apply is in flight is answered after it.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -364,4 +365,84 @@ impl Drop for Running {
             let _ = child.wait();
         }
     }
+}
+
+/// A preview asked while the agent is applying waits for that transaction and is answered
+/// after it: the agents pause 2 s after every host write, `plan` is started as soon as node-a
+/// reports Applying, its request is seen on the NodeTuning while the status still says
+/// Applying, and its answer is made from the host and journal the transaction left (the new
+/// revision applied, its settings unchanged, only the planned ECN would change).
+#[test]
+fn a_preview_during_an_apply_is_answered_after_it() {
+    let lab = Lab::start(LabConfig {
+        agent_args: vec!["--step-delay".into(), "2s".into()],
+        ..LabConfig::with_nodes(2)
+    })
+    .expect("lab starts");
+    lab.write_sysctl("node-a", "net.ipv4.tcp_fin_timeout", "60");
+    lab.write_sysctl("node-a", "net.ipv4.tcp_keepalive_probes", "9");
+    lab.write_sysctl("node-a", "net.ipv4.tcp_ecn", "2");
+    lab.apply_yaml(APPLIED).expect("the tuning is accepted");
+    lab.wait_for("node-a to be applying", STEP, || {
+        (nodetuning(&lab, "node-a")["status"]["state"] == "Applying").then_some(())
+    });
+    let file = write(
+        lab.dir(),
+        "edge-ecn.yaml",
+        &APPLIED.replace(
+            "    net.ipv4.tcp_keepalive_probes: \"5\"\n",
+            "    net.ipv4.tcp_keepalive_probes: \"5\"\n    net.ipv4.tcp_ecn: \"1\"\n",
+        ),
+    );
+    let child = Command::new(lab.plugin_binary())
+        .arg("--kubeconfig")
+        .arg(lab.kubeconfig())
+        .args([
+            "plan",
+            &file,
+            "--node",
+            "node-a",
+            "--timeout",
+            "5m",
+            "-o",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the plugin runs");
+    let mut running = Running(Some(child));
+    let asked = lab.wait_for("the request on node-a", STEP, || {
+        let nt = nodetuning(&lab, "node-a");
+        nt["spec"].get("preview").is_some().then_some(nt)
+    });
+    assert_eq!(asked["status"]["state"], "Applying", "{asked:#}");
+    assert!(asked["status"].get("preview").is_none());
+    let child = running.0.take().expect("the plugin");
+    let out = child.wait_with_output().expect("the plugin exits");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let plan: Value = serde_json::from_slice(&out.stdout).expect("plan prints JSON");
+    let preview = &plan["nodes"][0]["answer"]["preview"];
+    let nt = nodetuning(&lab, "node-a");
+    assert_eq!(nt["status"]["state"], "Applied");
+    assert_eq!(
+        preview["appliedRevision"], nt["spec"]["revision"],
+        "{plan:#}"
+    );
+    let states: Vec<(&str, &str)> = preview["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| (i["target"].as_str().unwrap(), i["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("net.ipv4.tcp_ecn", "WouldChange"),
+            ("net.ipv4.tcp_fin_timeout", "Unchanged"),
+            ("net.ipv4.tcp_keepalive_probes", "Unchanged"),
+        ]
+    );
+    assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_ecn"), "2");
+    assert!(nodetuning(&lab, "node-a")["spec"].get("preview").is_none());
 }
