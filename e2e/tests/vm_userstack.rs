@@ -1,0 +1,358 @@
+//! The user-space stack on DPDK on a VM node: a lab with one VM node (qemu/TCG, an emulated
+//! Intel IOMMU, the virtio-net data NIC `eth1` at 0000:00:03.0 with iommu_platform), and one
+//! NetworkTuning that gives it hugepages, binds the data NIC to vfio-pci and runs
+//! `userspaceStack` with backend Dpdk on core 1. The guest's agent (in its 9p chroot of the
+//! host root) starts the runner `hoststack-userstack` built with `--features dpdk`, which
+//! takes the device through DPDK's EAL and virtio PMD. A client namespace on the lab bridge
+//! (which the data NIC's tap reaches) fetches the http service with curl and talks to the
+//! echo service with kernel TCP, byte-exact; then the tuning is deleted and the agent stops
+//! the runner and gives the NIC back to virtio-pci.
+//!
+//! A correctness proof under TCG emulation, not a speed figure: the counts are small and
+//! every wait is bounded. The DPDK-featured runner is built by this test into
+//! `<target>/dpdk/` (`cargo build -p userstack --features dpdk --bin hoststack-userstack
+//! --target-dir <target>/dpdk`), so the workspace's default build needs no DPDK;
+//! `HOSTSTACK_DPDK_RUNNER` names a runner built elsewhere instead.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI};
+use hoststack_e2e::{Lab, LabConfig, NodeSpec};
+
+const NODE: &str = "vm-dpdk";
+/// How long the guest's agent may take to apply a revision and start the stack (TCG).
+const CONVERGE: Duration = Duration::from_secs(300);
+/// The http service's body.
+const BODY: &str = "hoststack userstack on DPDK in a VM\n";
+/// The stack's core: the guest has CPUs 0 and 1, the agent keeps 0.
+const CORE: u32 = 1;
+
+/// Builds (or finds, `HOSTSTACK_DPDK_RUNNER`) the runner with the feature `dpdk`.
+fn dpdk_runner() -> PathBuf {
+    if let Some(path) = std::env::var_os("HOSTSTACK_DPDK_RUNNER") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // <target>/<profile>/deps/<test>: the target dir is three levels up.
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test binary lives in <target>/<profile>/deps")
+        .to_path_buf();
+    let target_dir = target.join("dpdk");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e/ has a parent");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let started = Instant::now();
+    let out = Command::new(&cargo)
+        .current_dir(repo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "userstack",
+            "--features",
+            "dpdk",
+            "--bin",
+            "hoststack-userstack",
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "building the DPDK runner needs dpdk-dev and libclang (scripts/setup.sh installs \
+         them): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "DPDK runner built (or up to date) in {:?}",
+        started.elapsed()
+    );
+    target_dir.join("debug").join("hoststack-userstack")
+}
+
+/// A client namespace on the lab bridge with one veth; deleted (with its veth) when dropped.
+struct ClientNs {
+    name: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl ClientNs {
+    fn create(k: u8) -> ClientNs {
+        let name = format!("hs{k}-vm-dpdk-client");
+        ip(&["netns", "add", &name]);
+        let ns = ClientNs { name };
+        let veth = format!("hs{k}n251");
+        ip(&[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns.name,
+        ]);
+        ip(&["link", "set", &veth, "master", &format!("hs{k}br"), "up"]);
+        ip(&[
+            "-n",
+            &ns.name,
+            "addr",
+            "add",
+            &format!("198.18.{k}.251/24"),
+            "dev",
+            "eth0",
+        ]);
+        ip(&["-n", &ns.name, "link", "set", "eth0", "up"]);
+        ns
+    }
+}
+
+impl Drop for ClientNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
+}
+
+/// The node's NodeTuning status (`null` until there is one).
+fn status(lab: &Lab) -> serde_json::Value {
+    let out = lab.kubectl(&["get", "nodetuning", NODE, "-o", "json"]);
+    if !out.status.success() {
+        return serde_json::Value::Null;
+    }
+    let object: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    object["status"].clone()
+}
+
+/// What the guest says about the runner: its log under the agent's state dir and the
+/// agent's last lines.
+fn runner_diagnostics(vm: &Vm) -> String {
+    let runner = vm.exec("tail -n 60 /run/hoststack/state/userstack/runner.log");
+    let agent = std::fs::read_to_string(vm.agent_log()).unwrap_or_default();
+    let tail: Vec<&str> = agent.lines().rev().take(30).collect();
+    format!(
+        "runner.log:\n{}{}\nagent log (last lines, newest first):\n{}",
+        runner.stdout,
+        runner.stderr,
+        tail.join("\n")
+    )
+}
+
+/// Waits up to [`CONVERGE`] for `check` on the status; panics with the runner's log.
+fn await_status(
+    lab: &Lab,
+    vm: &Vm,
+    what: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let s = status(lab);
+        if check(&s) {
+            return s;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "{what}: not within {CONVERGE:?}; status {s:#}\n{}",
+                runner_diagnostics(vm)
+            );
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Sends `payload` to the echo service from namespace `ns` and reads as many bytes back.
+fn echo_from(ns: &str, addr: SocketAddr, payload: Vec<u8>) -> Vec<u8> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        hoststack_e2e::clients::enter(&ns).expect("entering the client namespace");
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let writer = {
+            let mut stream = stream.try_clone().expect("clone");
+            let payload = payload.clone();
+            std::thread::spawn(move || stream.write_all(&payload))
+        };
+        let mut back = vec![0u8; payload.len()];
+        stream
+            .read_exact(&mut back)
+            .unwrap_or_else(|e| panic!("reading the echo from {addr}: {e}"));
+        writer
+            .join()
+            .expect("writer")
+            .expect("writing to the echo service");
+        back
+    })
+    .join()
+    .expect("the echo client")
+}
+
+/// `curl` of `url` from namespace `ns`: the body.
+fn curl_from(ns: &str, url: &str) -> Vec<u8> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "curl",
+            "-sS",
+            "--max-time",
+            "60",
+            "-o",
+            "-",
+            url,
+        ])
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "curl {url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The PCI driver of the data NIC in the guest.
+fn data_driver(vm: &Vm) -> String {
+    vm.run(&format!(
+        "readlink /sys/bus/pci/devices/{DATA_PCI}/driver || echo none"
+    ))
+    .trim()
+    .rsplit('/')
+    .next()
+    .unwrap_or_default()
+    .to_string()
+}
+
+#[test]
+fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
+    let runner = dpdk_runner();
+    let mut config = LabConfig::with_nodes(0);
+    config
+        .nodes
+        .push(NodeSpec::vm(NODE).label("pool", "vm-dpdk"));
+    config.agent_args = vec!["--userstack-binary".into(), runner.display().to_string()];
+    let lab = Lab::start(config).expect("lab with a VM node starts");
+    let vm = lab.vm(NODE);
+    eprintln!(
+        "VM node {NODE}: prepared in {:?}, guest ready in {:?}",
+        vm.prepared_in(),
+        vm.booted_in()
+    );
+    let k = lab.index();
+    let client = ClientNs::create(k);
+    let stack_ip = Ipv4Addr::new(198, 18, k, 250);
+    let mac = vm
+        .run(&format!("cat /sys/class/net/{DATA_IF}/address"))
+        .trim()
+        .to_string();
+    assert_eq!(data_driver(vm), "virtio-pci");
+
+    let applied = Instant::now();
+    let yaml = format!(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: vm-dpdk\n\
+         spec:\n  nodeSelector:\n    matchLabels:\n      pool: vm-dpdk\n  hugepages:\n  \
+         - size: 2Mi\n    numaNode: 0\n    count: 64\n  - size: 2Mi\n    numaNode: 1\n    \
+         count: 64\n  interfaces:\n  - match:\n      name: {DATA_IF}\n    dpdk:\n      \
+         driver: vfio-pci\n  userspaceStack:\n    cores: \"{CORE}\"\n    interface: \
+         \"{DATA_PCI}\"\n    backend: Dpdk\n    address: {stack_ip}/24\n    services:\n    \
+         - kind: Echo\n      port: 7\n    - kind: Http\n      port: 80\n      body: {BODY:?}\n"
+    );
+    lab.apply_yaml(&yaml)
+        .unwrap_or_else(|e| panic!("kubectl apply of\n{yaml}\nfailed: {e}"));
+    let running = await_status(&lab, vm, "the stack on DPDK running", |s| {
+        s["userspaceStack"]["state"] == "Running"
+    });
+    let took = applied.elapsed();
+    eprintln!("tuning applied and the stack serving after {took:?}: {running:#}");
+    let stack = &running["userspaceStack"];
+    assert_eq!(stack["backend"], "Dpdk", "{stack:#}");
+    assert_eq!(stack["mode"], "dpdk", "{stack:#}");
+    assert_eq!(stack["cores"], CORE.to_string(), "{stack:#}");
+    assert_eq!(stack["shards"][0]["core"], CORE, "{stack:#}");
+    assert_eq!(data_driver(vm), "vfio-pci");
+    let log = vm.run("cat /run/hoststack/state/userstack/runner.log");
+    eprintln!("runner.log in the guest:\n{log}");
+    assert!(
+        log.contains("net_virtio"),
+        "EAL did not probe the virtio PMD:\n{log}"
+    );
+
+    // http: curl from the client namespace, byte-exact, on fresh connections.
+    let started = Instant::now();
+    for _ in 0..3 {
+        let body = curl_from(&client.name, &format!("http://{stack_ip}/"));
+        assert_eq!(String::from_utf8_lossy(&body), BODY);
+    }
+    eprintln!("3 curl fetches over DPDK took {:?}", started.elapsed());
+    // The answers came from the data NIC's MAC, now driven by DPDK.
+    let neighbour = Command::new("ip")
+        .args(["-n", &client.name, "neigh", "show", &stack_ip.to_string()])
+        .output()
+        .expect("ip neigh");
+    let neighbour = String::from_utf8_lossy(&neighbour.stdout).to_string();
+    assert!(
+        neighbour.contains(&mac),
+        "{stack_ip} is at {neighbour}, not {mac}"
+    );
+
+    // echo: kernel TCP from the client, several segments and windows, byte-exact.
+    let started = Instant::now();
+    let addr = SocketAddr::from((stack_ip, 7));
+    for size in [1usize, 1460, 64 * 1024] {
+        let payload: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        let back = echo_from(&client.name, addr, payload.clone());
+        assert!(back == payload, "the echo of {size} bytes differs");
+    }
+    eprintln!(
+        "echo of 1 B, 1460 B and 64 KiB over DPDK took {:?}",
+        started.elapsed()
+    );
+
+    // The runner's own counters, reported by the agent.
+    let counted = await_status(&lab, vm, "the shard's packet counters", |s| {
+        let shard = &s["userspaceStack"]["shards"][0];
+        shard["rxPackets"].as_u64().unwrap_or(0) > 50
+            && shard["txPackets"].as_u64().unwrap_or(0) > 50
+    });
+    eprintln!("shard counters: {:#}", counted["userspaceStack"]["shards"]);
+
+    // Delete: the agent stops the runner first, then gives the NIC back to virtio-pci.
+    let deleted = Instant::now();
+    let out = lab.kubectl(&["delete", "networktuning", "vm-dpdk", "--wait=true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    await_status(&lab, vm, "the revert", |s| {
+        s["state"] == "Reverted" && s["userspaceStack"].is_null()
+    });
+    eprintln!("reverted after {:?}", deleted.elapsed());
+    assert!(
+        !vm.exec("pgrep -x hoststack-users").success(),
+        "a runner is left in the guest"
+    );
+    assert_eq!(data_driver(vm), "virtio-pci");
+    assert_eq!(
+        vm.run(&format!("cat /sys/class/net/{DATA_IF}/address"))
+            .trim(),
+        mac
+    );
+    drop(client);
+    lab.stop()
+        .expect("the lab stops cleanly (VM powered off, taps removed)");
+}
