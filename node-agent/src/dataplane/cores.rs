@@ -153,7 +153,12 @@ pub fn dedicate(
                 cores.len()
             )));
         }
-    } else if !interfaces.iter().any(|i| i.name == stack.interface) {
+    } else if !interfaces.iter().any(|i| {
+        // Backend Dpdk may name the device by its PCI address (see `super::wanted`).
+        i.name == stack.interface
+            || (stack.backend == StackBackend::Dpdk
+                && i.pci_address.as_deref() == Some(stack.interface.as_str()))
+    }) {
         let have: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
         refused.push(refuse(format!(
             "userspaceStack.interface: no interface {:?} on this host (have: {})",
@@ -341,6 +346,24 @@ mod tests {
         );
         let refused = dedicate(&tap("2"), &online, &ifaces(), &facts(), &mut desired);
         assert!(refused.is_empty(), "{refused:?}");
+        // Backend Dpdk may name its device by PCI address (bound to vfio-pci it has no netdev);
+        // another backend may not.
+        let mut bound = ifaces();
+        bound[0].pci_address = Some("0000:00:03.0".into());
+        let dpdk = UserspaceStack {
+            backend: StackBackend::Dpdk,
+            ..stack("2", "0000:00:03.0")
+        };
+        let refused = dedicate(&dpdk, &online, &bound, &facts(), &mut Desired::new());
+        assert!(refused.is_empty(), "{refused:?}");
+        let refused = dedicate(
+            &stack("2", "0000:00:03.0"),
+            &online,
+            &bound,
+            &facts(),
+            &mut Desired::new(),
+        );
+        assert_eq!(refused.len(), 1, "{refused:?}");
     }
 
     #[test]

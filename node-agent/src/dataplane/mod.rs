@@ -74,7 +74,9 @@ pub fn after_transaction(desired: &Desired, state: NodeState) -> Step {
 }
 
 /// What the supervisor should run for `stack`: its runner config, and whether its cores are
-/// isolated (read under `sys_root`). `interfaces` gives a DPDK device's PCI address.
+/// isolated (read under `sys_root`). `interfaces` gives a DPDK device's PCI address; with
+/// backend Dpdk, `interface` may also be the PCI address itself (a device bound to vfio-pci
+/// has no netdev any more, so after the binding no interface of that name is found).
 pub fn wanted(
     stack: &UserspaceStack,
     sys_root: &Path,
@@ -84,7 +86,12 @@ pub fn wanted(
     let pci = interfaces
         .iter()
         .find(|i| i.name == stack.interface)
-        .and_then(|i| i.pci_address.as_deref());
+        .and_then(|i| i.pci_address.as_deref())
+        .or_else(|| {
+            (stack.backend == hoststack_crds::StackBackend::Dpdk
+                && crate::appliers::dpdk::is_pci_address(&stack.interface))
+            .then_some(stack.interface.as_str())
+        });
     let warning = isolation::Isolation::read(sys_root).warning(&cores);
     Ok(Wanted {
         config: runner_config::translate(stack, &cores, pci),
@@ -167,5 +174,31 @@ mod tests {
         assert!(w
             .warning
             .is_some_and(|m| m.contains("cores 2 are not isolated")));
+    }
+
+    #[test]
+    fn a_dpdk_stack_finds_its_device_by_netdev_or_by_pci_address() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let eth1 = InterfaceFacts {
+            name: "eth1".into(),
+            pci_address: Some("0000:00:03.0".into()),
+            ..InterfaceFacts::default()
+        };
+        let by_name = UserspaceStack {
+            cores: "1".into(),
+            interface: "eth1".into(),
+            backend: hoststack_crds::StackBackend::Dpdk,
+            ..UserspaceStack::default()
+        };
+        let pci = |w: Wanted| w.config.dpdk.expect("dpdk settings").pci_address;
+        let w = wanted(&by_name, dir.path(), std::slice::from_ref(&eth1)).expect("wanted");
+        assert_eq!(pci(w), "0000:00:03.0");
+        // Bound to vfio-pci, the netdev is gone: the PCI address names the device.
+        let by_address = UserspaceStack {
+            interface: "0000:00:03.0".into(),
+            ..by_name
+        };
+        let w = wanted(&by_address, dir.path(), &[]).expect("wanted");
+        assert_eq!(pci(w), "0000:00:03.0");
     }
 }

@@ -191,8 +191,12 @@ impl Supervisor {
         state.last_exit = None;
         if let Some(running) = state.running.take() {
             let iface = running.config.interface.clone();
+            // A DPDK runner attaches no XDP program (its device has no netdev).
+            let xdp = running.config.backend != "dpdk";
             self.shared.stop_process(running)?;
-            self.shared.check_detached(&iface)?;
+            if xdp {
+                self.shared.check_detached(&iface)?;
+            }
         }
         // Also the files of a runner that died while no agent watched it.
         for file in ["runner.json", "config.json", "stats.json"] {
