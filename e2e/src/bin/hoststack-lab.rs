@@ -146,8 +146,11 @@ fn up(
         if lab.is_vm(&node) {
             let vm = lab.vm(&node);
             println!(
-                "#   {node}: VM ({}), booted in {:.1}s; console: less {}; agent log: {}",
+                "#   {node}: VM ({}), kernel {} ready in {:.1}s, booted in {:.1}s; console: less \
+                 {}; agent log: {}",
                 lab.node_ip(&node),
+                vm.kernel_release(),
+                vm.prepared_in().as_secs_f64(),
                 vm.booted_in().unwrap_or_default().as_secs_f64(),
                 vm.console_log().display(),
                 vm.agent_log().display()
