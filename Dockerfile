@@ -9,8 +9,8 @@
 #   docker build -t ghcr.io/hoststack/hoststack:dev .                  # users: builds from source
 #   scripts/build-images.sh                                            # the lab: no registry
 #
-# Layout (both paths): /usr/local/bin/hoststack-operator, /usr/local/bin/hoststack-agent, and
-# /hoststack-agent -> /usr/local/bin/hoststack-agent (the agent DaemonSet's command).
+# Layout (both paths): /usr/local/bin/hoststack-operator (the chart's operator command) and
+# /usr/local/bin/hoststack-agent (the command of the agent DaemonSet the operator creates).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
@@ -25,8 +25,7 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p hoststack-operator -p hoststack-agent \
  && mkdir -p /out/usr/local/bin \
- && cp target/release/hoststack-operator target/release/hoststack-agent /out/usr/local/bin/ \
- && ln -s usr/local/bin/hoststack-agent /out/hoststack-agent
+ && cp target/release/hoststack-operator target/release/hoststack-agent /out/usr/local/bin/
 
 # The lab's images, built by scripts/build-images.sh with buildah from a context directory it
 # fills on the host (static musl binaries, a static pause program): nothing is pulled.

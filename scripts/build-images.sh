@@ -60,7 +60,6 @@ for bin in hoststack-operator hoststack-agent; do
     cp -L "$lib" "$context/rootfs$lib"
   done
 done
-ln -s usr/local/bin/hoststack-agent "$context/rootfs/hoststack-agent"
 gcc -static -Os -Wall -Werror -o "$context/pause" e2e/pause/pause.c
 strip "$context/pause"
 

@@ -6,7 +6,7 @@
 //! so that a change of selection never restarts every agent.
 //!
 //! Everything an installer chooses about the agents' pods (image, extra node selector,
-//! tolerations, resources, priority class, the API server's address) comes from the operator's
+//! tolerations, resources, priority class, the API server's address, extra agent arguments) comes from the operator's
 //! flags, [`AgentPod`], which the Helm chart fills from its values.
 
 use std::collections::BTreeMap;
@@ -61,6 +61,10 @@ pub struct AgentPod {
     /// `--agent-api-server-host`.
     #[arg(long = "agent-api-server-port", requires = "api_server_host")]
     pub api_server_port: Option<u16>,
+    /// One more argument for the agent, after the operator's own (repeatable, in order), e.g.
+    /// `--agent-extra-arg=--step-delay=3s`.
+    #[arg(long = "agent-extra-arg", allow_hyphen_values = true)]
+    pub extra_args: Vec<String>,
 }
 
 /// Parses a flag's JSON value into `T`, naming what is wrong.
@@ -91,6 +95,15 @@ pub fn agent_daemonset(namespace: &str, pod: &AgentPod) -> DaemonSet {
         env.push(json!({"name": "KUBERNETES_SERVICE_PORT", "value": port.to_string()}));
     }
     let priority_class = (!pod.priority_class.is_empty()).then_some(&pod.priority_class);
+    let mut args: Vec<String> = [
+        "--node-name=$(NODE_NAME)",
+        "--proc-root=/host/proc",
+        "--sys-root=/host/sys",
+        "--state-dir=/var/lib/hoststack",
+    ]
+    .map(String::from)
+    .into();
+    args.extend(pod.extra_args.iter().cloned());
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -113,12 +126,7 @@ pub fn agent_daemonset(namespace: &str, pod: &AgentPod) -> DaemonSet {
                         "image": pod.image,
                         "imagePullPolicy": pod.image_pull_policy,
                         "command": [AGENT_BINARY],
-                        "args": [
-                            "--node-name=$(NODE_NAME)",
-                            "--proc-root=/host/proc",
-                            "--sys-root=/host/sys",
-                            "--state-dir=/var/lib/hoststack",
-                        ],
+                        "args": args,
                         "env": env,
                         "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT, "protocol": "TCP"}],
                         // Privileged: the agent writes sysctls of every namespace kind, IRQ
@@ -202,6 +210,11 @@ mod tests {
             .as_ref()
             .unwrap()
             .contains(&"--proc-root=/host/proc".to_string()));
+        assert_eq!(
+            c.args.as_ref().unwrap().len(),
+            4,
+            "no extra arguments by default"
+        );
         let env = c.env.as_ref().unwrap();
         assert!(!env.iter().any(|e| e.name == "KUBERNETES_SERVICE_HOST"));
         let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
@@ -243,6 +256,28 @@ mod tests {
             .collect();
         assert_eq!(env["KUBERNETES_SERVICE_HOST"], Some("198.18.0.1"));
         assert_eq!(env["KUBERNETES_SERVICE_PORT"], Some("6443"));
+    }
+
+    #[test]
+    fn extra_args_follow_the_operators_own_in_order() {
+        let pod = pod_of(&[
+            "--agent-extra-arg=--step-delay=3s",
+            "--agent-extra-arg",
+            "--metrics-bind-address=0.0.0.0:9500",
+        ]);
+        let spec = agent_daemonset("hs", &pod).spec.template.spec.unwrap();
+        let args = spec.containers[0].args.clone().unwrap();
+        assert_eq!(
+            args,
+            [
+                "--node-name=$(NODE_NAME)",
+                "--proc-root=/host/proc",
+                "--sys-root=/host/sys",
+                "--state-dir=/var/lib/hoststack",
+                "--step-delay=3s",
+                "--metrics-bind-address=0.0.0.0:9500",
+            ]
+        );
     }
 
     #[test]
