@@ -227,6 +227,18 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
                     "{args:?}"
                 );
                 assert!(args.contains(&r#"--agent-node-selector={"pool":"edge"}"#.to_string()));
+                let extra: Vec<&String> = args
+                    .iter()
+                    .filter(|a| a.starts_with("--agent-extra-arg="))
+                    .collect();
+                assert_eq!(
+                    extra,
+                    [
+                        "--agent-extra-arg=--resync-interval=1m",
+                        "--agent-extra-arg=--heartbeat-interval=5s"
+                    ],
+                    "{args:?}"
+                );
             }
             "no-kube-proxy-values.yaml" => {
                 let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
@@ -262,6 +274,10 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
                 let env =
                     deployment["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
                 assert!(!env.contains("KUBERNETES_SERVICE_HOST"), "{env}");
+                assert!(
+                    !args.iter().any(|a| a.starts_with("--agent-extra-arg")),
+                    "{args:?}"
+                );
 
                 // The security contexts are the documented ones.
                 let pod = &deployment["spec"]["template"]["spec"];
@@ -409,6 +425,18 @@ fn values_reach_the_agent_daemonset_through_the_operators_flags() {
     assert_eq!(value("KUBERNETES_SERVICE_PORT"), Some(json!("6443")));
     assert_eq!(value("RUST_LOG"), Some(json!("debug")));
     assert_eq!(agent["ports"][0]["name"], "metrics");
+    // agent.extraArgs follow the operator's own arguments, in order.
+    assert_eq!(
+        agent["args"],
+        json!([
+            "--node-name=$(NODE_NAME)",
+            "--proc-root=/host/proc",
+            "--sys-root=/host/sys",
+            "--state-dir=/var/lib/hoststack",
+            "--resync-interval=1m",
+            "--heartbeat-interval=5s"
+        ])
+    );
 
     // The agent pods' security context is the documented one, and the PodMonitor the chart
     // renders selects these pods by a label they carry, on their port "metrics".
