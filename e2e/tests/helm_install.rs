@@ -31,6 +31,9 @@ const SECOND: [(&str, &str); 3] = [
 /// The agent's pause after each host write while the test interrupts a transaction.
 const STEP_DELAY: &str = "--step-delay=3s";
 
+/// The upgrade's value that gives the agents [`STEP_DELAY`] (agent.extraArgs).
+const SLOW_AGENTS: &str = "agent.extraArgs={--step-delay=3s}";
+
 fn tuning_yaml(sysctls: &[(&str, &str)]) -> String {
     let mut yaml = String::from(
         "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: edge\n\
@@ -316,6 +319,9 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
     print_memory(&mut lab);
 
     // ---- helm upgrade rolls the pods, the hosts keep their tuning -------------------------
+    // The upgrade also slows the agents down (a step delay after each host write, through
+    // agent.extraArgs) so that the next part can interrupt a transaction: as a chart value it
+    // is in the operator's flags, so every leader applies it.
     let before: Vec<String> = running_pods(&lab, AGENT_PODS)
         .into_iter()
         .chain(running_pods(&lab, OPERATOR_PODS))
@@ -335,6 +341,8 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
             "operator.logLevel=debug",
             "--set",
             "agent.logLevel=debug",
+            "--set",
+            SLOW_AGENTS,
             "--wait",
             "--timeout",
             "180s",
@@ -357,37 +365,28 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
             .all(|(_, _, uid)| !before.contains(uid));
         (fresh && agents.len() == 2 && operators.len() == 2).then_some(())
     });
-    let agent_args = jsonpath(
+    let agent_env = jsonpath(
         &lab,
         &["get", "daemonset", "hoststack-agent", "-n", NAMESPACE],
         "{.spec.template.spec.containers[0].env}",
     );
     assert!(
-        agent_args.contains("debug"),
-        "the upgrade reached the agents: {agent_args}"
+        agent_env.contains("debug"),
+        "the upgrade reached the agents: {agent_env}"
+    );
+    let agent_args = jsonpath(
+        &lab,
+        &["get", "daemonset", "hoststack-agent", "-n", NAMESPACE],
+        "{.spec.template.spec.containers[0].args}",
+    );
+    assert!(
+        agent_args.contains(STEP_DELAY),
+        "agent.extraArgs reached the agents: {agent_args}"
     );
     wait_applied(&lab, "the first revision after the upgrade", &map(&FIRST));
 
     // ---- an agent pod deleted in the middle of a transaction ------------------------------
-    // Slow the agents down (a step delay after each host write) so the test can interrupt one.
-    // The leader applied the DaemonSet when it took the lease and leaves it alone until the
-    // next leader: the patch holds for this part.
-    let patch = format!(
-        r#"[{{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"{STEP_DELAY}"}}]"#
-    );
-    kubectl_ok(
-        &lab,
-        &[
-            "patch",
-            "daemonset",
-            "hoststack-agent",
-            "-n",
-            NAMESPACE,
-            "--type=json",
-            "-p",
-            &patch,
-        ],
-    );
+    // The agents run with the upgrade's step delay, so the test can interrupt one.
     lab.wait_for("the slowed agents Running", CONVERGE, || {
         let pods = lab.get_json(&["get", "pods", "-n", NAMESPACE, "-l", AGENT_PODS]);
         let slow = pods["items"].as_array().is_some_and(|items| {
