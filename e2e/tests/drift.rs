@@ -5,8 +5,10 @@
 //! Drifted condition clears and `hoststack_agent_drift_total` counts it. A revert restores the
 //! original value, not the drifted one.
 //!
-//! The operator is not started: the test writes the node's NodeTuning itself, with the
-//! operator's ServiceAccount and a field manager of its own, so that only the agent is judged.
+//! The operator is not started: the test writes the node's NodeTuning itself, with a field
+//! manager of its own, so that only the agent is judged. It creates the spec with the operator's
+//! ServiceAccount (server-side apply) and withdraws it as the admin: `kubectl patch` reads the
+//! object first, and the operator's role has no `get` (its controller lists and watches).
 
 use std::time::Duration;
 
@@ -61,7 +63,7 @@ fn write_spec(lab: &Lab, revision: &str, policy: &str) {
 /// Withdraws the spec (no tuning, no config): the agent reverts.
 fn withdraw(lab: &Lab) {
     let out = lab.kubectl_as(
-        Identity::Operator,
+        Identity::Admin,
         &[
             "patch",
             "nodetuning",

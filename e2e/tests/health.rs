@@ -8,7 +8,9 @@
 //! without a revision; removing the request clears `status.health` once, after which the agent
 //! writes nothing at all over several windows.
 //!
-//! The operator is not started, so only the agent is judged.
+//! The operator is not started, so only the agent is judged. The spec is created with the
+//! operator's ServiceAccount (server-side apply); the later patches go as the admin, because
+//! `kubectl patch` reads the object first and the operator's role has no `get`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,7 +58,7 @@ fn write_spec(lab: &Lab) {
 fn change_revision(lab: &Lab) {
     let patch = r#"{"spec":{"revision":"r2","config":{"sysctls":{"net.core.somaxconn":"8192"}}}}"#;
     let out = lab.kubectl_as(
-        Identity::Operator,
+        Identity::Admin,
         &[
             "patch",
             "nodetuning",
@@ -85,7 +87,7 @@ fn ask(lab: &Lab, id: Option<&str>) {
     };
     let patch = serde_json::json!({ "spec": { "healthRequest": request } }).to_string();
     let out = lab.kubectl_as(
-        Identity::Operator,
+        Identity::Admin,
         &[
             "patch",
             "nodetuning",
