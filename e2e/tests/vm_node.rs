@@ -532,14 +532,25 @@ fn step_nic_irq_rps_xps(lab: &Lab, vm: &Vm) {
     );
 }
 
+/// Whether `eth1` is administratively up (IFF_UP in its sysfs flags).
+fn link_up(vm: &Vm) -> bool {
+    let flags = read(vm, &format!("/sys/class/net/{DATA_IF}/flags"));
+    let flags = u32::from_str_radix(flags.trim_start_matches("0x"), 16)
+        .unwrap_or_else(|e| panic!("flags {flags:?}: {e}"));
+    flags & 0x1 != 0
+}
+
 /// The data NIC bound to vfio-pci, a real dpdk-testpmd on it answering pings from a namespace
-/// on the lab bridge, and the revert to virtio-pci with its name and MAC. What the kernel
-/// gives back is a new netdev with the driver's defaults, not the settings it had before the
-/// bind (4 channels, link up): the journal records the binding, not the netdev's settings.
+/// on the lab bridge, and the revert to virtio-pci with its name and MAC. The kernel gives
+/// back a new netdev with the driver's defaults (link down, 2 channels, MTU 1500); the journal
+/// carries the settings the old one had (link up, 4 channels, and an MTU set outside the
+/// agent), and the revert puts them back.
 fn step_dpdk_binding_and_testpmd(lab: &Lab, vm: &Vm) {
-    let before = snapshot(vm);
     let mac = read(vm, &format!("/sys/class/net/{DATA_IF}/address"));
     assert_eq!(combined_channels(vm), "4");
+    assert!(link_up(vm), "the data NIC is up before the bind");
+    // An MTU changed outside the agent, which the driver's default would lose.
+    vm.run(&format!("ip link set {DATA_IF} mtu 1400"));
     apply(
         lab,
         "  hugepages:\n  - size: 2Mi\n    numaNode: 0\n    count: 64\n  \
@@ -567,7 +578,10 @@ fn step_dpdk_binding_and_testpmd(lab: &Lab, vm: &Vm) {
         format!("{DATA_PCI}/{DATA_IF}/virtio_net"),
         "{bind:#}"
     );
-    assert_eq!(bind["original"], "driver=virtio-pci", "{bind:#}");
+    assert_eq!(
+        bind["original"], "driver=virtio-pci up=on mtu=1400 combined=4",
+        "{bind:#}"
+    );
     assert_eq!(
         bind["actual"], "driver=vfio-pci override=vfio-pci",
         "{bind:#}"
@@ -672,13 +686,14 @@ fn step_dpdk_binding_and_testpmd(lab: &Lab, vm: &Vm) {
         read(vm, &format!("/sys/bus/pci/devices/{DATA_PCI}/uevent")).contains("DRIVER=virtio-pci")
     );
     assert_eq!(read(vm, &format!("/sys/class/net/{DATA_IF}/address")), mac);
-    assert_eq!(read(vm, &format!("/sys/class/net/{DATA_IF}/mtu")), "1500");
-    // The driver makes a new netdev: its name and MAC come back, and the driver's defaults
-    // (one channel per vCPU, the link administratively down); the pools are empty again.
-    assert_eq!(combined_channels(vm), "2");
+    // The driver makes a new netdev with its name and MAC and the driver's defaults; the
+    // revert restores what the journal recorded of the old one: MTU, channels, link up.
+    assert_eq!(read(vm, &format!("/sys/class/net/{DATA_IF}/mtu")), "1400");
+    assert_eq!(combined_channels(vm), "4");
+    assert!(link_up(vm), "the revert brings the data NIC back up");
     assert_eq!(read(vm, HUGE_NODE0), "0");
     assert_eq!(read(vm, HUGE_NODE1), "0");
-    assert_ne!(snapshot(vm), before);
+    vm.run(&format!("ip link set {DATA_IF} mtu 1500"));
 }
 
 /// SIGKILL of the agent after the unbind and before the new bind: the restarted agent's

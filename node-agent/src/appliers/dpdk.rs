@@ -4,22 +4,30 @@
 //! interface and network driver it had when it was matched, so that the binding still matches
 //! its interface after the netdev has gone (a device bound to vfio-pci has none). The value is
 //! `driver=D` (`none` when unbound), plus ` override=O` when the device's `driver_override` is
-//! set.
+//! set, plus the settings of the interface's netdev that a rebind loses when the device has
+//! one: ` up=on|off mtu=N combined=N rx=N tx=N` (each only when it could be read; channel
+//! types the driver does not have are left out). A value without them (an older journal's
+//! `driver=virtio-pci`) still binds, it just restores nothing.
 //!
 //! Setting a value writes `driver_override` (O, or a newline to clear it), unbinds the device
 //! from its current driver (`<dev>/driver/unbind`) and asks the bus to probe it again
 //! (`<sys>/bus/pci/drivers_probe`): with the override set the probe binds that driver, with it
-//! cleared the kernel picks the device's own driver again. Binding is refused for the interface
+//! cleared the kernel picks the device's own driver again. Then the netdev settings the value
+//! carries are put back on the interface (through netlink, only those that differ): the kernel
+//! creates a new netdev on a rebind, down, with the driver's default channels and MTU, so
+//! reverting a binding restores the interface as it was. Binding is refused for the interface
 //! that carries the default route or the route to the API server, unless the spec allows it.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use hoststack_crds::{DpdkBinding, DpdkDriver, InterfaceFacts};
 
+use super::nic::{ChannelCounts, ChannelInfo};
 use super::{invalid, link_name, plain_name, Kernel, Kind, Reading, Roots, Setting, Wants};
 
 /// The driver name of a DPDK driver choice.
@@ -55,22 +63,162 @@ pub fn is_pci_address(s: &str) -> bool {
 
 /// The value of a device bound to `driver` with `override_` in driver_override.
 pub fn value(driver: &str, override_: Option<&str>) -> String {
-    match override_ {
-        Some(o) => format!("driver={driver} override={o}"),
-        None => format!("driver={driver}"),
+    Binding {
+        driver,
+        override_,
+        netdev: NetdevSettings::default(),
+    }
+    .to_string()
+}
+
+/// The settings of a device's netdev that a rebind loses (the new netdev comes up down, with
+/// the driver's default channel counts and MTU); `None` for one not recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetdevSettings {
+    /// Administratively up (`IFF_UP`).
+    pub up: Option<bool>,
+    /// MTU.
+    pub mtu: Option<u32>,
+    /// Combined channels.
+    pub combined: Option<u32>,
+    /// Receive-only channels.
+    pub rx: Option<u32>,
+    /// Transmit-only channels.
+    pub tx: Option<u32>,
+}
+
+impl NetdevSettings {
+    /// Reads the settings of `iface` through `kernel`; one that cannot be read is not recorded,
+    /// and channel types the driver does not have (maximum 0) are left out.
+    pub fn read(kernel: &dyn Kernel, iface: &str) -> Self {
+        let channels = kernel.nic_channels(iface).ok();
+        let count = |max: fn(&ChannelInfo) -> u32, now: fn(&ChannelInfo) -> u32| {
+            channels.filter(|c| max(c) > 0).map(|c| now(&c))
+        };
+        NetdevSettings {
+            up: kernel.link_up(iface).ok(),
+            mtu: kernel.mtu(iface).ok(),
+            combined: count(|c| c.combined_max, |c| c.combined),
+            rx: count(|c| c.rx_max, |c| c.rx),
+            tx: count(|c| c.tx_max, |c| c.tx),
+        }
+    }
+
+    /// The settings of `self` that `current` does not have already: what to set to restore it.
+    pub fn changes_from(&self, current: &NetdevSettings) -> NetdevSettings {
+        fn differs<T: PartialEq + Copy>(want: Option<T>, now: Option<T>) -> Option<T> {
+            want.filter(|w| now != Some(*w))
+        }
+        NetdevSettings {
+            up: differs(self.up, current.up),
+            mtu: differs(self.mtu, current.mtu),
+            combined: differs(self.combined, current.combined),
+            rx: differs(self.rx, current.rx),
+            tx: differs(self.tx, current.tx),
+        }
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        *self == NetdevSettings::default()
+    }
+
+    /// Sets these settings on `iface`: MTU, then channels, then the link state last.
+    fn apply(&self, kernel: &dyn Kernel, iface: &str) -> io::Result<()> {
+        if let Some(mtu) = self.mtu {
+            kernel.set_mtu(iface, mtu)?;
+        }
+        let counts = ChannelCounts {
+            rx: self.rx,
+            tx: self.tx,
+            combined: self.combined,
+        };
+        if counts != ChannelCounts::default() {
+            kernel.set_nic_channels(iface, &counts)?;
+        }
+        if let Some(up) = self.up {
+            kernel.set_link_up(iface, up)?;
+        }
+        Ok(())
     }
 }
 
-/// The parts of a value: driver, override.
-fn parse_value(value: &str) -> Option<(&str, Option<&str>)> {
+/// A binding value: driver, driver_override, and the netdev settings to restore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Binding<'a> {
+    driver: &'a str,
+    override_: Option<&'a str>,
+    netdev: NetdevSettings,
+}
+
+impl fmt::Display for Binding<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "driver={}", self.driver)?;
+        if let Some(o) = self.override_ {
+            write!(f, " override={o}")?;
+        }
+        let n = &self.netdev;
+        if let Some(up) = n.up {
+            write!(f, " up={}", super::nic::on_off(up))?;
+        }
+        for (key, count) in [
+            ("mtu", n.mtu),
+            ("combined", n.combined),
+            ("rx", n.rx),
+            ("tx", n.tx),
+        ] {
+            if let Some(count) = count {
+                write!(f, " {key}={count}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The parts of a value (see the module doc): `driver=` first, then each other key at most
+/// once, in any order.
+fn parse_value(value: &str) -> Option<Binding<'_>> {
     let mut words = value.split_whitespace();
     let driver = words.next()?.strip_prefix("driver=")?;
-    let override_ = match words.next() {
-        Some(w) => Some(w.strip_prefix("override=")?),
-        None => None,
+    let mut binding = Binding {
+        driver,
+        override_: None,
+        netdev: NetdevSettings::default(),
     };
-    (words.next().is_none() && plain_name(driver) && override_.is_none_or(plain_name))
-        .then_some((driver, override_))
+    for word in words {
+        let (key, text) = word.split_once('=')?;
+        let n = &mut binding.netdev;
+        let count = || text.parse::<u32>().ok();
+        let fresh = match key {
+            "override" => binding.override_.replace(text).is_none(),
+            "up" => {
+                n.up.replace(match text {
+                    "on" => true,
+                    "off" => false,
+                    _ => return None,
+                })
+                .is_none()
+            }
+            "mtu" => n.mtu.replace(count()?).is_none(),
+            "combined" => n.combined.replace(count()?).is_none(),
+            "rx" => n.rx.replace(count()?).is_none(),
+            "tx" => n.tx.replace(count()?).is_none(),
+            _ => return None,
+        };
+        if !fresh {
+            return None;
+        }
+    }
+    (plain_name(driver) && binding.override_.is_none_or(plain_name)).then_some(binding)
+}
+
+/// Whether the netdev `iface` sits on the PCI device `dev`: `<dev>/net/IF`, or
+/// `<dev>/<bus device>/net/IF` for a netdev on a virtio device of the PCI device.
+fn netdev_on(dev: &Path, iface: &str) -> bool {
+    dev.join("net").join(iface).is_dir()
+        || super::dir_names(dev)
+            .iter()
+            .any(|child| dev.join(child).join("net").join(iface).is_dir())
 }
 
 /// The sysfs directory of a target's device.
@@ -83,8 +231,9 @@ fn device_dir(roots: &Roots, target: &str) -> Result<(PathBuf, String), String> 
     ))
 }
 
-/// Reads a device's driver and override.
-pub fn read(roots: &Roots, target: &str) -> Reading {
+/// Reads a device's driver and override, and the settings of its interface's netdev when it
+/// has one.
+pub fn read(roots: &Roots, kernel: &dyn Kernel, target: &str) -> Reading {
     let (dev, pci) = match device_dir(roots, target) {
         Ok(d) => d,
         Err(e) => return Reading::Unreadable(e),
@@ -97,33 +246,61 @@ pub fn read(roots: &Roots, target: &str) -> Reading {
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s != "(null)");
-    Reading::Value(value(&driver, override_.as_deref()))
+    let netdev = match parse_target(target) {
+        Some((_, iface, _)) if netdev_on(&dev, iface) => NetdevSettings::read(kernel, iface),
+        _ => NetdevSettings::default(),
+    };
+    let binding = Binding {
+        driver: &driver,
+        override_: override_.as_deref(),
+        netdev,
+    };
+    Reading::Value(binding.to_string())
 }
 
-/// Binds a device as `value` says (see the module doc).
+/// Binds a device as `value` says, then restores the netdev settings it carries (see the
+/// module doc).
 pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
     let (dev, pci) = device_dir(roots, target).map_err(invalid)?;
-    let (driver, override_) = parse_value(value)
-        .ok_or_else(|| invalid(format!("{value:?} is not driver=D [override=O]")))?;
+    let binding = parse_value(value).ok_or_else(|| {
+        invalid(format!(
+            "{value:?} is not driver=D [override=O] [up=on|off] [mtu=N] [combined=N] [rx=N] [tx=N]"
+        ))
+    })?;
+    let driver = binding.driver;
     let current = link_name(&dev.join("driver"));
     kernel.write(
         &dev.join("driver_override"),
-        format!("{}\n", override_.unwrap_or("")).as_bytes(),
+        format!("{}\n", binding.override_.unwrap_or("")).as_bytes(),
     )?;
-    if current.as_deref() == Some(driver) {
+    if current.as_deref() != Some(driver) {
+        if current.is_some() {
+            kernel.write(&dev.join("driver/unbind"), pci.as_bytes())?;
+            pause_after_unbind();
+        }
+        if driver != "none" {
+            kernel.write(
+                &roots.sys_root.join("bus/pci/drivers_probe"),
+                pci.as_bytes(),
+            )?;
+        }
+    }
+    if binding.netdev.is_empty() {
         return Ok(());
     }
-    if current.is_some() {
-        kernel.write(&dev.join("driver/unbind"), pci.as_bytes())?;
-        pause_after_unbind();
+    let (_, iface, _) = parse_target(target).ok_or_else(|| invalid(target.to_string()))?;
+    if !netdev_on(&dev, iface) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{pci} is bound to {driver} but has no netdev {iface} to restore its settings on"
+            ),
+        ));
     }
-    if driver != "none" {
-        kernel.write(
-            &roots.sys_root.join("bus/pci/drivers_probe"),
-            pci.as_bytes(),
-        )?;
-    }
-    Ok(())
+    binding
+        .netdev
+        .changes_from(&NetdevSettings::read(kernel, iface))
+        .apply(kernel, iface)
 }
 
 /// Environment variable of the kill tests' hook: a pause (e.g. `30s`) between unbinding a
@@ -438,20 +615,244 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
         ] {
             assert_eq!(parse_target(bad), None, "{bad}");
         }
+        let plain = |driver, override_| Binding {
+            driver,
+            override_,
+            netdev: NetdevSettings::default(),
+        };
         assert_eq!(
             parse_value("driver=vfio-pci override=vfio-pci"),
-            Some(("vfio-pci", Some("vfio-pci")))
+            Some(plain("vfio-pci", Some("vfio-pci")))
         );
-        assert_eq!(parse_value("driver=none"), Some(("none", None)));
+        assert_eq!(parse_value("driver=none"), Some(plain("none", None)));
+        let full = Binding {
+            driver: "virtio-pci",
+            override_: None,
+            netdev: NetdevSettings {
+                up: Some(true),
+                mtu: Some(9000),
+                combined: Some(4),
+                rx: None,
+                tx: Some(0),
+            },
+        };
+        let text = "driver=virtio-pci up=on mtu=9000 combined=4 tx=0";
+        assert_eq!(full.to_string(), text);
+        assert_eq!(parse_value(text), Some(full));
+        assert_eq!(
+            parse_value("driver=virtio-pci tx=0 combined=4 mtu=9000 up=on"),
+            Some(full),
+            "any order after driver="
+        );
         for bad in [
             "",
             "vfio-pci",
             "driver=a b",
             "driver=../x",
             "driver=a override=b c",
+            "override=b driver=a",
+            "driver=a up=yes",
+            "driver=a mtu=-1",
+            "driver=a combined=4 combined=2",
+            "driver=a speed=100",
         ] {
             assert_eq!(parse_value(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn restoring_changes_only_what_differs() {
+        let was = NetdevSettings {
+            up: Some(true),
+            mtu: Some(9000),
+            combined: Some(4),
+            rx: None,
+            tx: None,
+        };
+        let fresh = NetdevSettings {
+            up: Some(false),
+            mtu: Some(9000),
+            combined: Some(2),
+            ..NetdevSettings::default()
+        };
+        assert_eq!(
+            was.changes_from(&fresh),
+            NetdevSettings {
+                up: Some(true),
+                combined: Some(4),
+                ..NetdevSettings::default()
+            }
+        );
+        assert!(was.changes_from(&was).is_empty());
+        assert!(NetdevSettings::default().changes_from(&fresh).is_empty());
+    }
+
+    /// The netdev state of the fake NIC: up, MTU, combined channels.
+    type Netdev = (bool, u32, u32);
+
+    /// A fake kernel over a fake sysfs with one virtio-net device, 0000:00:03.0, whose netdev
+    /// eth1 sits at `virtio1/net/eth1`: unbinding removes the netdev, probing creates a new one
+    /// with the driver's defaults (down, MTU 1500, 2 of 4 combined channels), like the kernel.
+    #[derive(Debug)]
+    struct FakeNic {
+        sys: PathBuf,
+        netdev: std::sync::Mutex<Option<Netdev>>,
+    }
+
+    const DEFAULTS: Netdev = (false, 1500, 2);
+
+    impl FakeNic {
+        fn new(sys: &Path, netdev: Netdev) -> Self {
+            let nic = FakeNic {
+                sys: sys.to_path_buf(),
+                netdev: std::sync::Mutex::new(None),
+            };
+            for d in ["virtio-pci", "vfio-pci"] {
+                fs::create_dir_all(sys.join("bus/pci/drivers").join(d)).expect("driver dir");
+            }
+            fs::write(sys.join("bus/pci/drivers_probe"), "").expect("drivers_probe");
+            fs::create_dir_all(nic.dev()).expect("device");
+            fs::write(nic.dev().join("driver_override"), "(null)\n").expect("override");
+            nic.bind("virtio-pci", netdev);
+            nic
+        }
+
+        fn dev(&self) -> PathBuf {
+            self.sys.join("bus/pci/devices/0000:00:03.0")
+        }
+
+        fn bind(&self, driver: &str, netdev: Netdev) {
+            let target = self.sys.join("bus/pci/drivers").join(driver);
+            std::os::unix::fs::symlink(target, self.dev().join("driver")).expect("link");
+            if driver == "virtio-pci" {
+                fs::create_dir_all(self.dev().join("virtio1/net/eth1")).expect("netdev");
+                *self.state() = Some(netdev);
+            }
+        }
+
+        fn state(&self) -> std::sync::MutexGuard<'_, Option<Netdev>> {
+            self.netdev.lock().expect("lock")
+        }
+
+        fn with<T>(&self, iface: &str, f: impl FnOnce(&mut Netdev) -> T) -> io::Result<T> {
+            match (iface, self.state().as_mut()) {
+                ("eth1", Some(n)) => Ok(f(n)),
+                _ => Err(io::Error::from_raw_os_error(libc::ENODEV)),
+            }
+        }
+    }
+
+    impl Kernel for FakeNic {
+        fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+            let text = String::from_utf8_lossy(bytes).trim().to_string();
+            match path.file_name().and_then(|n| n.to_str()) {
+                Some("driver_override") => fs::write(path, format!("{text}\n")),
+                Some("unbind") => {
+                    fs::remove_file(self.dev().join("driver"))?;
+                    let _ = fs::remove_dir_all(self.dev().join("virtio1"));
+                    *self.state() = None;
+                    Ok(())
+                }
+                Some("drivers_probe") => {
+                    let over = fs::read_to_string(self.dev().join("driver_override"))?;
+                    let over = over.trim();
+                    self.bind(if over.is_empty() { "virtio-pci" } else { over }, DEFAULTS);
+                    Ok(())
+                }
+                _ => Err(io::ErrorKind::Unsupported.into()),
+            }
+        }
+        fn mount_hugetlbfs(&self, _: &Path, _: &str) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn unmount(&self, _: &Path) -> io::Result<()> {
+            Err(io::ErrorKind::Unsupported.into())
+        }
+        fn nic_channels(&self, iface: &str) -> io::Result<ChannelInfo> {
+            self.with(iface, |n| ChannelInfo {
+                combined: n.2,
+                combined_max: 4,
+                ..ChannelInfo::default()
+            })
+        }
+        fn set_nic_channels(&self, iface: &str, counts: &ChannelCounts) -> io::Result<()> {
+            if counts.rx.is_some() || counts.tx.is_some() {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            self.with(iface, |n| n.2 = counts.combined.unwrap_or(n.2))
+        }
+        fn mtu(&self, iface: &str) -> io::Result<u32> {
+            self.with(iface, |n| n.1)
+        }
+        fn set_mtu(&self, iface: &str, mtu: u32) -> io::Result<()> {
+            self.with(iface, |n| n.1 = mtu)
+        }
+        fn link_up(&self, iface: &str) -> io::Result<bool> {
+            self.with(iface, |n| n.0)
+        }
+        fn set_link_up(&self, iface: &str, up: bool) -> io::Result<()> {
+            self.with(iface, |n| n.0 = up)
+        }
+    }
+
+    const TARGET: &str = "0000:00:03.0/eth1/virtio_net";
+
+    fn value_of(roots: &Roots, nic: &FakeNic) -> String {
+        match read(roots, nic, TARGET) {
+            Reading::Value(v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn binding_back_restores_the_netdev_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let roots = Roots::new(&dir.path().join("proc"), &dir.path().join("sys"));
+        let nic = FakeNic::new(&roots.sys_root, (true, 9000, 4));
+        let original = value_of(&roots, &nic);
+        assert_eq!(original, "driver=virtio-pci up=on mtu=9000 combined=4");
+
+        let bound = value("vfio-pci", Some("vfio-pci"));
+        write(&roots, &nic, TARGET, &bound).expect("bind");
+        assert_eq!(value_of(&roots, &nic), bound, "no netdev while bound");
+        assert_eq!(*nic.state(), None);
+
+        write(&roots, &nic, TARGET, &original).expect("revert");
+        assert_eq!(value_of(&roots, &nic), original, "exact revert");
+        assert_eq!(*nic.state(), Some((true, 9000, 4)));
+    }
+
+    #[test]
+    fn an_old_journal_value_binds_back_without_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let roots = Roots::new(&dir.path().join("proc"), &dir.path().join("sys"));
+        let nic = FakeNic::new(&roots.sys_root, (true, 9000, 4));
+        write(&roots, &nic, TARGET, &value("vfio-pci", Some("vfio-pci"))).expect("bind");
+        write(&roots, &nic, TARGET, "driver=virtio-pci").expect("revert");
+        assert_eq!(
+            *nic.state(),
+            Some(DEFAULTS),
+            "bound back, settings not restored"
+        );
+        assert_eq!(
+            value_of(&roots, &nic),
+            "driver=virtio-pci up=off mtu=1500 combined=2"
+        );
+    }
+
+    #[test]
+    fn settings_without_their_netdev_fail_clearly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let roots = Roots::new(&dir.path().join("proc"), &dir.path().join("sys"));
+        let nic = FakeNic::new(&roots.sys_root, (true, 9000, 4));
+        let err = write(
+            &roots,
+            &nic,
+            "0000:00:03.0/eth7/virtio_net",
+            "driver=virtio-pci up=on",
+        )
+        .expect_err("no eth7");
+        assert!(err.to_string().contains("no netdev eth7"), "{err}");
     }
 
     #[test]

@@ -235,6 +235,15 @@ pub trait Kernel: fmt::Debug + Send + Sync {
         let _ = mtu;
         Err(nic_unsupported(iface))
     }
+    /// Whether `iface` is administratively up (rtnetlink `RTM_GETLINK`, `IFF_UP`).
+    fn link_up(&self, iface: &str) -> io::Result<bool> {
+        Err(nic_unsupported(iface))
+    }
+    /// Sets `iface` administratively up or down (`RTM_SETLINK` changing only `IFF_UP`).
+    fn set_link_up(&self, iface: &str, up: bool) -> io::Result<()> {
+        let _ = up;
+        Err(nic_unsupported(iface))
+    }
     /// What is attached to `iface`'s XDP hook (nothing when the interface is gone), and what
     /// hoststack pinned for it in `pins`.
     fn xdp_query(&self, iface: &str, pins: &xdp::Pins) -> io::Result<xdp::XdpState> {
@@ -394,6 +403,14 @@ impl Kernel for RealKernel {
         nic::socket::set_mtu(iface, mtu)
     }
 
+    fn link_up(&self, iface: &str) -> io::Result<bool> {
+        nic::socket::link_up(iface)
+    }
+
+    fn set_link_up(&self, iface: &str, up: bool) -> io::Result<()> {
+        nic::socket::set_link_up(iface, up)
+    }
+
     fn xdp_attach(
         &self,
         iface: &str,
@@ -538,7 +555,7 @@ impl Host {
             Kind::Nftables => firewall::read(self.kernel.as_ref(), t),
             Kind::XdpBlocklist => xdp::read_blocklist(self.kernel.as_ref(), &self.bpffs_root, t),
             Kind::XdpProgram => xdp::read_program(self.kernel.as_ref(), &self.bpffs_root, t),
-            Kind::PciDriver => dpdk::read(r, t),
+            Kind::PciDriver => dpdk::read(r, self.kernel.as_ref(), t),
         }
     }
 

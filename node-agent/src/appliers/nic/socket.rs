@@ -14,7 +14,7 @@ use netlink_packet_core::{
 use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
 use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 use netlink_packet_generic::GenlMessage;
-use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols, Socket, SocketAddr};
 
@@ -301,6 +301,25 @@ pub fn set_mtu(dev: &str, mtu: u32) -> io::Result<()> {
     let mut set = LinkMessage::default();
     set.header.index = index;
     set.attributes.push(LinkAttribute::Mtu(mtu));
+    route.request(RouteNetlinkMessage::SetLink(set)).map(drop)
+}
+
+/// Whether `dev` is administratively up (`IFF_UP` in its link header).
+pub fn link_up(dev: &str) -> io::Result<bool> {
+    let mut route = Netlink::open(protocols::NETLINK_ROUTE)?;
+    Ok(link(&mut route, dev)?.header.flags.contains(LinkFlags::Up))
+}
+
+/// Sets `dev` administratively up or down (`RTM_SETLINK` changing only `IFF_UP`).
+pub fn set_link_up(dev: &str, up: bool) -> io::Result<()> {
+    let mut route = Netlink::open(protocols::NETLINK_ROUTE)?;
+    let index = link(&mut route, dev)?.header.index;
+    let mut set = LinkMessage::default();
+    set.header.index = index;
+    set.header.change_mask = LinkFlags::Up;
+    if up {
+        set.header.flags = LinkFlags::Up;
+    }
     route.request(RouteNetlinkMessage::SetLink(set)).map(drop)
 }
 
