@@ -137,19 +137,24 @@ fn routed_path() {
     in_router(&["ethtool", "-K", "usr1", "gro", "off"]);
 }
 
-/// An nftables table in the router dropping `per_mille`/1000 of the TCP packets it forwards,
-/// both ways (there is no netem here: LAB-FACTS section 6).
-fn lossy_router(per_mille: u32) {
+/// Replaces the table `inet userstack_loss` in namespace `ns` with one whose chain on `hook`
+/// drops `per_mille`/1000 of the TCP packets passing it (there is no netem here: LAB-FACTS
+/// section 6).
+///
+/// The router drops in its `forward` hook, both ways, after both senders have handed the packet
+/// on. An end host drops in its `input` hook only: a drop in the output hook is not a loss to
+/// the kernel's TCP (the transmit fails locally and the segment goes out again as new data).
+fn drop_tcp(ns: &str, hook: &str, per_mille: u32) {
     let rules = format!(
         "table inet userstack_loss {{\n\
-           chain forward {{ type filter hook forward priority 0; meta l4proto tcp numgen random mod 1000 < {per_mille} drop; }}\n\
+           chain {hook} {{ type filter hook {hook} priority 0; meta l4proto tcp numgen random mod 1000 < {per_mille} drop; }}\n\
          }}\n"
     );
     let _ = Command::new("ip")
         .args([
             "netns",
             "exec",
-            ROUTER_NS,
+            ns,
             "nft",
             "delete",
             "table",
@@ -159,34 +164,15 @@ fn lossy_router(per_mille: u32) {
         .output();
     let path = std::env::temp_dir().join(format!("userstack-loss-{}.nft", std::process::id()));
     std::fs::write(&path, rules).unwrap();
-    in_router(&["nft", "-f", path.to_str().unwrap()]);
-    std::fs::remove_file(path).unwrap();
-}
-
-/// An nftables table in the client namespace dropping `per_mille`/1000 of the TCP packets
-/// that arrive there. Only the input side: a drop in the output hook is not a loss to the
-/// kernel's TCP (the transmit fails locally and the segment goes out again as new data).
-fn lossy_path(per_mille: u32) {
-    let rules = format!(
-        "table inet userstack_loss {{\n\
-           chain input {{ type filter hook input priority 0; meta l4proto tcp numgen random mod 1000 < {per_mille} drop; }}\n\
-         }}\n"
-    );
-    let _ = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            CLIENT_NS,
-            "nft",
-            "delete",
-            "table",
-            "inet",
-            "userstack_loss",
-        ])
-        .output();
-    let path = std::env::temp_dir().join(format!("userstack-loss-{}.nft", std::process::id()));
-    std::fs::write(&path, rules).unwrap();
-    in_client(&["nft", "-f", path.to_str().unwrap()]);
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "-f",
+        path.to_str().unwrap(),
+    ]);
     std::fs::remove_file(path).unwrap();
 }
 
@@ -332,7 +318,7 @@ fn echo_over_a_lossy_path_is_byte_exact() {
         let mut rounds = Vec::new();
         for per_mille in [0, 10, 50] {
             if per_mille > 0 {
-                lossy_router(per_mille);
+                drop_tcp(ROUTER_NS, "forward", per_mille);
             }
             let stack_before = (
                 runner.counter("Tcp", "RetransSegs"),
@@ -546,7 +532,7 @@ fn userstack_client_against_kernel_servers() {
         let mut rounds = Vec::new();
         for per_mille in [0, 10, 50] {
             if per_mille > 0 {
-                lossy_path(per_mille);
+                drop_tcp(CLIENT_NS, "input", per_mille);
             }
             let data = pattern(4 << 20);
             let expected = data.clone();
