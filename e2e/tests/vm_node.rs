@@ -699,16 +699,7 @@ fn step_dpdk_binding_and_testpmd(lab: &Lab, vm: &Vm) {
 /// SIGKILL of the agent after the unbind and before the new bind: the restarted agent's
 /// journal finishes or undoes the bind, and the device is never left without a driver.
 fn step_kill_between_unbind_and_bind(lab: &Lab, vm: &Vm) {
-    let driver = || {
-        vm.run(&format!(
-            "readlink /sys/bus/pci/devices/{DATA_PCI}/driver || echo none"
-        ))
-        .trim()
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .to_string()
-    };
+    let driver = || vm.pci_driver(DATA_PCI);
     vm.kill_agent();
     vm.start_agent_with_env(&[("HOSTSTACK_DPDK_UNBIND_PAUSE", "600s")], &[]);
     apply(

@@ -225,18 +225,6 @@ fn curl_from(ns: &str, url: &str) -> Vec<u8> {
     out.stdout
 }
 
-/// The PCI driver of the data NIC in the guest.
-fn data_driver(vm: &Vm) -> String {
-    vm.run(&format!(
-        "readlink /sys/bus/pci/devices/{DATA_PCI}/driver || echo none"
-    ))
-    .trim()
-    .rsplit('/')
-    .next()
-    .unwrap_or_default()
-    .to_string()
-}
-
 #[test]
 fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
     let runner = dpdk_runner();
@@ -259,7 +247,7 @@ fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
         .run(&format!("cat /sys/class/net/{DATA_IF}/address"))
         .trim()
         .to_string();
-    assert_eq!(data_driver(vm), "virtio-pci");
+    assert_eq!(vm.pci_driver(DATA_PCI), "virtio-pci");
 
     let applied = Instant::now();
     let yaml = format!(
@@ -283,7 +271,7 @@ fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
     assert_eq!(stack["mode"], "dpdk", "{stack:#}");
     assert_eq!(stack["cores"], CORE.to_string(), "{stack:#}");
     assert_eq!(stack["shards"][0]["core"], CORE, "{stack:#}");
-    assert_eq!(data_driver(vm), "vfio-pci");
+    assert_eq!(vm.pci_driver(DATA_PCI), "vfio-pci");
     let log = vm.run("cat /run/hoststack/state/userstack/runner.log");
     eprintln!("runner.log in the guest:\n{log}");
     assert!(
@@ -346,7 +334,7 @@ fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
         !vm.exec("pgrep -x hoststack-users").success(),
         "a runner is left in the guest"
     );
-    assert_eq!(data_driver(vm), "virtio-pci");
+    assert_eq!(vm.pci_driver(DATA_PCI), "virtio-pci");
     assert_eq!(
         vm.run(&format!("cat /sys/class/net/{DATA_IF}/address"))
             .trim(),

@@ -260,6 +260,18 @@ impl Vm {
         out.stdout
     }
 
+    /// The driver the guest's PCI device `pci` (e.g. `0000:00:03.0`) is bound to, or `none`.
+    pub fn pci_driver(&self, pci: &str) -> String {
+        self.run(&format!(
+            "readlink /sys/bus/pci/devices/{pci}/driver || echo none"
+        ))
+        .trim()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+    }
+
     /// Sends SIGKILL to the guest's agent and waits until it is gone. Panics if it does not
     /// run.
     pub fn kill_agent(&self) {
