@@ -384,7 +384,10 @@ fn a_preview_during_an_apply_is_answered_after_it() {
     lab.write_sysctl("node-a", "net.ipv4.tcp_ecn", "2");
     lab.apply_yaml(APPLIED).expect("the tuning is accepted");
     lab.wait_for("node-a to be applying", STEP, || {
-        (nodetuning(&lab, "node-a")["status"]["state"] == "Applying").then_some(())
+        // The operator may not have created the NodeTuning yet.
+        let out = lab.kubectl(&["get", "nodetuning", "node-a", "-o", "json"]);
+        let nt: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (nt["status"]["state"] == "Applying").then_some(())
     });
     let file = write(
         lab.dir(),
