@@ -430,6 +430,10 @@ pub struct UserspaceStackStatus {
     /// The services listening.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<StackServiceStatus>,
+    /// How flows reach their shard: the RSS key and indirection table the stack steers by
+    /// (the NIC's own, or a configured key where the device has no RSS to read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<StackSteeringStatus>,
     /// Warnings (cores not isolated) and how the stack last ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -449,6 +453,22 @@ pub struct StackShardStatus {
     pub tx_packets: u64,
     /// Connections open now.
     pub connections: u64,
+}
+
+/// The receive-side steering the user-space stack computes flows' shards with: shard = the
+/// queue the NIC's Toeplitz hash and indirection table put the flow on, and connections the
+/// stack opens take a source port that hashes back to their own shard.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StackSteeringStatus {
+    /// `nic` (the key and table were read from the NIC through ethtool netlink) or
+    /// `configured` (the NIC has no RSS to read, or is not a netdev: Microsoft's key over the
+    /// shards, which the DPDK backend also programs into the device).
+    pub source: String,
+    /// The Toeplitz key, in hex.
+    pub key: String,
+    /// Entries in the indirection table.
+    pub indirection_size: u32,
 }
 
 /// A service the user-space stack listens with.

@@ -23,6 +23,7 @@ use super::matching::{self, glob};
 use super::{invalid, plain_name, Kernel, Kind, Reading, Setting, Wants};
 
 pub mod ethtool;
+pub mod rxfh;
 pub mod socket;
 
 /// Channel counts and their maxima as the driver reports them; 0 means the driver has no

@@ -25,8 +25,10 @@ pub mod supervisor;
 
 use std::path::Path;
 
-use hoststack_crds::{InterfaceFacts, Mode, NodeState, UserspaceStack};
+use hoststack_crds::{InterfaceFacts, Mode, NodeState, StackBackend, UserspaceStack};
 
+use crate::appliers::nic::ethtool::Rss;
+use crate::appliers::nic::socket;
 use crate::reconciler::Desired;
 pub use supervisor::{Supervisor, Wanted, RUNNER_BINARY};
 
@@ -76,25 +78,47 @@ pub fn after_transaction(desired: &Desired, state: NodeState) -> Step {
 /// What the supervisor should run for `stack`: its runner config, and whether its cores are
 /// isolated (read under `sys_root`). `interfaces` gives a DPDK device's PCI address; with
 /// backend Dpdk, `interface` may also be the PCI address itself (a device bound to vfio-pci
-/// has no netdev any more, so after the binding no interface of that name is found).
+/// has no netdev any more, so after the binding no interface of that name is found). For
+/// backend AfXdp the NIC's RSS key and table are read through ethtool netlink
+/// ([`runner_config::runner_rss`]).
 pub fn wanted(
     stack: &UserspaceStack,
     sys_root: &Path,
     interfaces: &[InterfaceFacts],
 ) -> Result<Wanted, String> {
+    wanted_with(stack, sys_root, interfaces, socket::rss)
+}
+
+/// [`wanted`] with the NIC's RSS read by `read_rss` (asked only for backend AfXdp).
+pub fn wanted_with(
+    stack: &UserspaceStack,
+    sys_root: &Path,
+    interfaces: &[InterfaceFacts],
+    read_rss: impl FnOnce(&str) -> std::io::Result<Option<Rss>>,
+) -> Result<Wanted, String> {
     let cores = cores::parse_cores(stack)?;
+    let nic_rss = if stack.backend == StackBackend::AfXdp {
+        read_rss(&stack.interface).map_err(|e| e.to_string())?
+    } else {
+        None
+    };
+    let rss = runner_config::runner_rss(stack.backend, nic_rss.as_ref());
     let pci = interfaces
         .iter()
         .find(|i| i.name == stack.interface)
         .and_then(|i| i.pci_address.as_deref())
         .or_else(|| {
-            (stack.backend == hoststack_crds::StackBackend::Dpdk
+            (stack.backend == StackBackend::Dpdk
                 && crate::appliers::dpdk::is_pci_address(&stack.interface))
             .then_some(stack.interface.as_str())
         });
     let warning = isolation::Isolation::read(sys_root).warning(&cores);
+    let config = runner_config::RunnerConfig {
+        rss,
+        ..runner_config::translate(stack, &cores, pci)
+    };
     Ok(Wanted {
-        config: runner_config::translate(stack, &cores, pci),
+        config,
         cores: stack.cores.clone(),
         backend: stack.backend,
         isolated: warning.is_none(),
@@ -162,14 +186,14 @@ mod tests {
             interface: "veth0".into(),
             ..UserspaceStack::default()
         };
-        let w = wanted(&stack, dir.path(), &[]).expect("wanted");
+        let w = wanted_with(&stack, dir.path(), &[], |_| Ok(None)).expect("wanted");
         assert!(w.isolated && w.warning.is_none());
         assert_eq!(w.config.cores, [1]);
         let two = UserspaceStack {
             cores: "1-2".into(),
             ..stack
         };
-        let w = wanted(&two, dir.path(), &[]).expect("wanted");
+        let w = wanted_with(&two, dir.path(), &[], |_| Ok(None)).expect("wanted");
         assert!(!w.isolated);
         assert!(w
             .warning
@@ -200,5 +224,46 @@ mod tests {
         };
         let w = wanted(&by_address, dir.path(), &[]).expect("wanted");
         assert_eq!(pci(w), "0000:00:03.0");
+    }
+
+    #[test]
+    fn an_af_xdp_stack_steers_by_the_nics_rss_or_says_why_it_cannot_read_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let stack = UserspaceStack {
+            cores: "1".into(),
+            interface: "eth1".into(),
+            ..UserspaceStack::default()
+        };
+        let nic = Rss {
+            hash_function: crate::appliers::nic::ethtool::RSS_HASH_TOEPLITZ,
+            key: vec![0xab; 40],
+            indirection: vec![0, 1],
+        };
+        let w = wanted_with(&stack, dir.path(), &[], |dev| {
+            assert_eq!(dev, "eth1");
+            Ok(Some(nic.clone()))
+        })
+        .expect("wanted");
+        let rss = w.config.rss.expect("the NIC's RSS");
+        assert_eq!(rss.key, "ab".repeat(40));
+        assert_eq!(rss.indirection, [0, 1]);
+        // No RSS on the device (veth): the runner's configured key.
+        let w = wanted_with(&stack, dir.path(), &[], |_| Ok(None)).expect("wanted");
+        assert_eq!(w.config.rss, None);
+        // Any other failure is the stack's error.
+        let error = wanted_with(&stack, dir.path(), &[], |_| {
+            Err(std::io::Error::other(
+                "reading the RSS key and table of eth1: EBUSY",
+            ))
+        })
+        .unwrap_err();
+        assert!(error.contains("RSS key and table of eth1"), "{error}");
+        // DPDK and TAP do not ask the NIC.
+        let tap = UserspaceStack {
+            backend: StackBackend::Tap,
+            ..stack
+        };
+        let w = wanted_with(&tap, dir.path(), &[], |_| panic!("asked")).expect("wanted");
+        assert_eq!(w.config.rss, None);
     }
 }

@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use hoststack_crds::{CongestionControl, ServiceKind, StackBackend, UserspaceStack};
 use serde::{Deserialize, Serialize};
 
+use crate::appliers::nic::ethtool::Rss;
+
 /// How long the runner may drain open connections when it is stopped.
 pub const DRAIN_TIMEOUT_MS: u64 = 2000;
 
@@ -35,6 +37,38 @@ pub struct RunnerConfig {
     /// DPDK's settings, for backend `dpdk` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpdk: Option<RunnerDpdk>,
+    /// The NIC's RSS key and indirection table, read through ethtool netlink (backend `afXdp`
+    /// on a device that hashes with Toeplitz); absent, the runner uses its configured key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss: Option<RunnerRss>,
+}
+
+/// The NIC's receive-side scaling as the runner steers by it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerRss {
+    /// The Toeplitz key, lowercase hex without separators.
+    pub key: String,
+    /// The indirection table: entry `hash % len` is the queue.
+    pub indirection: Vec<u32>,
+}
+
+/// What the runner steers by, from what the NIC reported (`None`: it has no RSS to read):
+/// its key and table when it hashes with Toeplitz and shows both; otherwise nothing, and the
+/// runner falls back to its configured key. Only backend `afXdp` runs on the NIC's own
+/// queues as the kernel's driver programmed them (a DPDK runner programs its own key, a TAP
+/// has one queue).
+pub fn runner_rss(backend: StackBackend, nic: Option<&Rss>) -> Option<RunnerRss> {
+    let rss = nic.filter(|r| {
+        backend == StackBackend::AfXdp
+            && r.is_toeplitz()
+            && !r.key.is_empty()
+            && !r.indirection.is_empty()
+    })?;
+    Some(RunnerRss {
+        key: rss.key.iter().map(|b| format!("{b:02x}")).collect(),
+        indirection: rss.indirection.clone(),
+    })
 }
 
 /// TCP options of the runner.
@@ -100,6 +134,7 @@ pub fn backend_name(backend: StackBackend) -> &'static str {
 
 /// Translates `stack`, whose cores parsed to `cores`; `pci_address` is the interface's PCI
 /// address (needed by the `dpdk` backend, which then takes its memory from /dev/hugepages).
+/// `rss` stays empty: the NIC's part is added by the caller that read it ([`runner_rss`]).
 pub fn translate(
     stack: &UserspaceStack,
     cores: &BTreeSet<u32>,
@@ -143,6 +178,7 @@ pub fn translate(
             .collect(),
         drain_timeout_ms: DRAIN_TIMEOUT_MS,
         dpdk,
+        rss: None,
     }
 }
 
@@ -198,5 +234,40 @@ mod tests {
                 "pciAddress": "0000:00:04.0", "hugepageDir": "/dev/hugepages", "mempoolMbufs": 4096
             })
         );
+    }
+
+    #[test]
+    fn the_nics_toeplitz_key_and_table_go_to_an_af_xdp_runner_only() {
+        let nic = Rss {
+            hash_function: crate::appliers::nic::ethtool::RSS_HASH_TOEPLITZ,
+            key: vec![0x6d, 0x5a, 0x0f, 0x00],
+            indirection: vec![0, 1, 2, 3],
+        };
+        assert_eq!(
+            runner_rss(StackBackend::AfXdp, Some(&nic)),
+            Some(RunnerRss {
+                key: "6d5a0f00".into(),
+                indirection: vec![0, 1, 2, 3]
+            })
+        );
+        let json = serde_json::to_value(runner_rss(StackBackend::AfXdp, Some(&nic))).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({ "key": "6d5a0f00", "indirection": [0, 1, 2, 3] })
+        );
+        // No RSS, another hash function, nothing to show, or not the NIC's own queues.
+        assert_eq!(runner_rss(StackBackend::AfXdp, None), None);
+        let xor = Rss {
+            hash_function: 2,
+            ..nic.clone()
+        };
+        assert_eq!(runner_rss(StackBackend::AfXdp, Some(&xor)), None);
+        let keyless = Rss {
+            key: Vec::new(),
+            ..nic.clone()
+        };
+        assert_eq!(runner_rss(StackBackend::AfXdp, Some(&keyless)), None);
+        assert_eq!(runner_rss(StackBackend::Dpdk, Some(&nic)), None);
+        assert_eq!(runner_rss(StackBackend::Tap, Some(&nic)), None);
     }
 }

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use hoststack_crds::{
-    ServiceKind, StackBackend, StackServiceStatus, StackShardStatus, UserspaceStackStatus,
+    ServiceKind, StackBackend, StackServiceStatus, StackShardStatus, StackSteeringStatus,
+    UserspaceStackStatus,
 };
 use serde::Deserialize;
 
@@ -33,6 +34,21 @@ pub struct RunnerStats {
     /// /proc/net/netstat.
     #[serde(default)]
     pub netstat: BTreeMap<String, BTreeMap<String, i64>>,
+    /// The RSS key and table the shards steer by.
+    #[serde(default)]
+    pub steering: Option<SteeringStats>,
+}
+
+/// The runner's steering: where its RSS key and table came from.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SteeringStats {
+    /// `nic` or `configured`.
+    pub source: String,
+    /// The Toeplitz key in hex.
+    pub key: String,
+    /// Entries in the indirection table.
+    pub indirection_size: u32,
 }
 
 /// One shard's counters.
@@ -141,6 +157,13 @@ pub fn status(
                     .collect()
             })
             .unwrap_or_default(),
+        steering: current
+            .and_then(|s| s.steering.as_ref())
+            .map(|st| StackSteeringStatus {
+                source: st.source.clone(),
+                key: st.key.clone(),
+                indirection_size: st.indirection_size,
+            }),
         message: (!message.is_empty()).then(|| message.join("; ")),
     }
 }
@@ -154,7 +177,8 @@ mod tests {
         "shards": [ { "core": 1, "queue": 0, "rxPackets": 10, "txPackets": 8, "connections": 2 } ],
         "services": [ { "kind": "Http", "port": 80 } ],
         "netstat": { "Tcp": { "ActiveOpens": 0, "PassiveOpens": 3, "MaxConn": -1 },
-                     "TcpExt": { "TCPSackRecovery": 1 } }
+                     "TcpExt": { "TCPSackRecovery": 1 } },
+        "steering": { "source": "nic", "key": "6d5a56da", "indirectionSize": 128 }
     }"#;
 
     fn stats() -> RunnerStats {
@@ -200,6 +224,14 @@ mod tests {
                 port: 80
             }]
         );
+        assert_eq!(
+            st.steering,
+            Some(StackSteeringStatus {
+                source: "nic".into(),
+                key: "6d5a56da".into(),
+                indirection_size: 128
+            })
+        );
         assert_eq!(st.restarts, 1);
         assert_eq!(
             st.message.as_deref(),
@@ -218,6 +250,7 @@ mod tests {
         let st = status("1", StackBackend::AfXdp, true, None, &restarting, Some(&s));
         assert_eq!(st.state, "Restarting");
         assert!(st.shards.is_empty() && st.services.is_empty() && st.mode.is_none());
+        assert_eq!(st.steering, None);
         assert_eq!(st.message, None);
         // A new runner that has not written its own stats yet: Starting.
         let new = Supervision {

@@ -12,6 +12,10 @@
 //!   verbose form that names every bit; a SET sends `WANTED` with a mask of the named bits only.
 //! - `STRSET_GET` of `ETH_SS_FEATURES`: every feature name this kernel knows, so that a name can
 //!   be told unknown from fixed.
+//! - `RSS_GET` (Linux 6.2 and later; [`super::rxfh`] reads the same through the ioctl on older
+//!   kernels): the hash function (`ETHTOOL_A_RSS_HFUNC`, a bitmap of `ETH_RSS_HASH_*`), the
+//!   indirection table (`ETHTOOL_A_RSS_INDIR`, binary: u32 queue numbers in host order) and the
+//!   hash key (`ETHTOOL_A_RSS_HKEY`, binary) of the default context.
 //!
 //! Every message starts with `ETHTOOL_A_*_HEADER` (attribute 1): the device name and flags.
 
@@ -50,6 +54,8 @@ pub mod cmd {
     pub const CHANNELS_SET: u8 = 18;
     /// `ETHTOOL_MSG_CHANNELS_GET_REPLY`.
     pub const CHANNELS_GET_REPLY: u8 = 18;
+    /// `ETHTOOL_MSG_RSS_GET` (its reply has the same number).
+    pub const RSS_GET: u8 = 38;
 }
 
 /// `ETHTOOL_A_*_HEADER`: the first attribute of every ethtool message.
@@ -78,6 +84,15 @@ const A_RINGS_TX: u16 = 9;
 const A_FEATURES_HW: u16 = 2;
 const A_FEATURES_WANTED: u16 = 3;
 const A_FEATURES_ACTIVE: u16 = 4;
+
+/// `ETHTOOL_A_RSS_HFUNC`.
+const A_RSS_HFUNC: u16 = 3;
+/// `ETHTOOL_A_RSS_INDIR`.
+const A_RSS_INDIR: u16 = 4;
+/// `ETHTOOL_A_RSS_HKEY`.
+const A_RSS_HKEY: u16 = 5;
+/// `ETH_RSS_HASH_TOP` (bit `ETH_RSS_HASH_TOP_BIT` = 0): the Toeplitz hash.
+pub const RSS_HASH_TOEPLITZ: u32 = 1;
 
 /// `ETHTOOL_A_BITSET_NOMASK`: the bitset is a list of the bits that are set.
 const A_BITSET_NOMASK: u16 = 1;
@@ -508,6 +523,60 @@ pub fn decode_feature_names(reply: &Message) -> Result<Vec<String>, DecodeError>
     ))
 }
 
+/// A NIC's receive-side scaling: how it hashes a flow and which queue each hash goes to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rss {
+    /// The hash function, a bitmap of `ETH_RSS_HASH_*` ([`RSS_HASH_TOEPLITZ`] for Toeplitz;
+    /// 0 when the driver does not say).
+    pub hash_function: u32,
+    /// The hash key (empty when the driver has none to show).
+    pub key: Vec<u8>,
+    /// The indirection table: entry `hash % len` is the queue.
+    pub indirection: Vec<u32>,
+}
+
+impl Rss {
+    /// Whether the NIC hashes with Toeplitz (which the user-space stack can compute).
+    pub fn is_toeplitz(&self) -> bool {
+        self.hash_function == RSS_HASH_TOEPLITZ
+    }
+}
+
+/// `RSS_GET` of `dev`'s default context.
+pub fn rss_get(dev: &str) -> Message {
+    Message {
+        cmd: cmd::RSS_GET,
+        attrs: vec![header(dev, 0)],
+    }
+}
+
+/// The hash function, key and indirection table of an `RSS_GET` reply.
+pub fn decode_rss(reply: &Message) -> Result<Rss, DecodeError> {
+    expect(reply, cmd::RSS_GET)?;
+    let bytes = |kind: u16| match find(&reply.attrs, kind).map(|a| &a.value) {
+        None => Ok(Vec::new()),
+        Some(Value::Bytes(b)) => Ok(b.clone()),
+        Some(Value::Nest(_)) => Err(DecodeError::from(format!(
+            "RSS_GET reply: attribute {kind} is a nest, not binary"
+        ))),
+    };
+    let table = bytes(A_RSS_INDIR)?;
+    if table.len() % 4 != 0 {
+        return Err(DecodeError::from(format!(
+            "RSS_GET reply: an indirection table of {} bytes is not a u32 array",
+            table.len()
+        )));
+    }
+    Ok(Rss {
+        hash_function: u32_or_zero(&reply.attrs, A_RSS_HFUNC)?,
+        key: bytes(A_RSS_HKEY)?,
+        indirection: table
+            .chunks_exact(4)
+            .map(|q| u32::from_ne_bytes([q[0], q[1], q[2], q[3]]))
+            .collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -739,5 +808,72 @@ mod tests {
                 0x01, 0x00, 0x04, 0x00, 0x00, 0x00
             ]
         );
+    }
+
+    #[test]
+    fn an_rss_get_names_the_device_only() {
+        let bytes = encode(&rss_get("eth1"));
+        #[rustfmt::skip]
+        let expected: Vec<u8> = [
+            // HEADER (nested): DEV_NAME "eth1\0" padded to 8, FLAGS 0.
+            &[24, 0, 0x01, 0x80][..],
+            &[9, 0, 2, 0], b"eth1\0", &[0, 0, 0],
+            &[8, 0, 3, 0], &0u32.to_ne_bytes(),
+        ]
+        .concat();
+        assert_eq!(bytes, expected);
+        assert_eq!(rss_get("eth1").cmd, 38);
+    }
+
+    /// An `RSS_GET` reply as a 4-queue virtio-net sends it (Linux 6.1): header, HFUNC,
+    /// INDIR (8 entries here instead of 128) and a 40-byte key.
+    fn rss_reply(table: &[u32], key: &[u8]) -> Vec<u8> {
+        let attr = |kind: u16, value: &[u8]| {
+            let mut a = Vec::new();
+            a.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+            a.extend_from_slice(&kind.to_ne_bytes());
+            a.extend_from_slice(value);
+            while a.len() % 4 != 0 {
+                a.push(0);
+            }
+            a
+        };
+        let table: Vec<u8> = table.iter().flat_map(|q| q.to_ne_bytes()).collect();
+        [
+            attr(A_HEADER | NLA_F_NESTED, &attr(A_HEADER_DEV_NAME, b"eth1\0")),
+            attr(A_RSS_HFUNC, &RSS_HASH_TOEPLITZ.to_ne_bytes()),
+            attr(A_RSS_INDIR, &table),
+            attr(A_RSS_HKEY, key),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn an_rss_reply_decodes_into_function_key_and_table() {
+        let key: Vec<u8> = (0..40).map(|i| 0x10 + i).collect();
+        let table = [0, 1, 2, 3, 0, 1, 2, 3];
+        let rss = decode_rss(&decode(cmd::RSS_GET, &rss_reply(&table, &key))).expect("rss");
+        assert_eq!(
+            rss,
+            Rss {
+                hash_function: RSS_HASH_TOEPLITZ,
+                key: key.clone(),
+                indirection: table.to_vec(),
+            }
+        );
+        assert!(rss.is_toeplitz());
+        // A driver that reports no key: an empty key, not an error.
+        let bare = decode_rss(&decode(cmd::RSS_GET, &rss_reply(&[0; 4], &[]))).expect("rss");
+        assert!(bare.key.is_empty() && bare.indirection == [0; 4]);
+        // A table that is not a u32 array, and a reply of another command, are refused.
+        let mut torn = decode(cmd::RSS_GET, &rss_reply(&table, &[1; 40]));
+        for a in &mut torn.attrs {
+            if a.kind == A_RSS_INDIR {
+                a.value = Value::Bytes(vec![0; 6]);
+            }
+        }
+        let error = decode_rss(&torn).unwrap_err().to_string();
+        assert!(error.contains("not a u32 array"), "{error}");
+        assert!(decode_rss(&decode(cmd::CHANNELS_GET_REPLY, &rss_reply(&table, &key))).is_err());
     }
 }

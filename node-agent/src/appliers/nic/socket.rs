@@ -267,6 +267,25 @@ pub fn set_features(dev: &str, wanted: &BTreeMap<String, bool>) -> io::Result<()
         .map(drop)
 }
 
+/// The receive-side scaling of `dev` through `ETHTOOL_MSG_RSS_GET`, or, where the kernel
+/// answers that with `EOPNOTSUPP` (a kernel before 6.2 has no such command; a device without
+/// `get_rxfh` has no RSS), through the `ETHTOOL_GRSSH` ioctl ([`super::rxfh`]). `None` when
+/// the device has no RSS to report; any other failure is an error naming the device.
+pub fn rss(dev: &str) -> io::Result<Option<ethtool::Rss>> {
+    let read =
+        match Ethtool::open().and_then(|mut e| e.get(ethtool::rss_get(dev), ethtool::decode_rss)) {
+            Ok(rss) => Ok(Some(rss)),
+            Err(e) if errno(&e) == Some(libc::EOPNOTSUPP) => super::rxfh::read(dev),
+            Err(e) => Err(e),
+        };
+    read.map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("reading the RSS key and table of {dev} (ethtool): {e}"),
+        )
+    })
+}
+
 /// The link message of `dev` (RTM_GETLINK by name).
 fn link(route: &mut Netlink, dev: &str) -> io::Result<LinkMessage> {
     let mut get = LinkMessage::default();
@@ -370,6 +389,18 @@ mod tests {
         assert_eq!(
             errno(&io::Error::from_raw_os_error(libc::ENODEV)),
             Some(libc::ENODEV)
+        );
+    }
+
+    #[test]
+    fn a_device_without_rss_reads_as_none_and_a_missing_one_as_an_error() {
+        // Loopback has no get_rxfh: the kernel answers RSS_GET with EOPNOTSUPP.
+        assert_eq!(rss("lo").expect("RSS_GET of lo"), None);
+        let error = rss("hs-no-such-dev").unwrap_err().to_string();
+        assert!(
+            error.contains("RSS key and table of hs-no-such-dev")
+                && error.contains("No such device"),
+            "{error}"
         );
     }
 }
