@@ -655,15 +655,9 @@ impl Client {
     }
 
     fn connect(&mut self, to: SocketAddrV4) -> userstack::stack::SocketHandle {
-        let (first, last) = self.stack.config().ephemeral_ports;
-        let ip = self.stack.config().ip;
-        let stack = &self.stack;
-        let port = self
-            .rss
-            .port_for_queue(0, ip, to, first..=last, |p| stack.port_in_use(p, to))
-            .expect("a free port for queue 0");
-        let tcp = self.stack.config().tcp;
-        self.stack.connect_from(port, to, tcp).unwrap()
+        self.rss
+            .connect(&mut self.stack, 0, to)
+            .expect("a free port whose replies reach queue 0")
     }
 
     fn send_all(&mut self, to: SocketAddrV4, data: &[u8]) {

@@ -213,11 +213,15 @@ pub struct Opened {
     pub mac: EthernetAddress,
     /// The port's IP MTU.
     pub mtu: usize,
+    /// Entries of the port's RSS redirection table (its default spreads the queues
+    /// round-robin).
+    pub reta_size: u16,
 }
 
 /// Initialises the EAL from `config`, configures and starts the port at `dpdk.pciAddress`
-/// with one queue pair per core and a mempool of `dpdk.mempoolMbufs` mbufs.
-pub fn open(config: &Config) -> Result<Opened, String> {
+/// with one queue pair per core and a mempool of `dpdk.mempoolMbufs` mbufs; with more than
+/// one queue, RSS hashes with `rss_key` (so the stack's steering is exactly the port's).
+pub fn open(config: &Config, rss_key: &[u8]) -> Result<Opened, String> {
     let dpdk = config
         .dpdk
         .as_ref()
@@ -242,7 +246,7 @@ pub fn open(config: &Config) -> Result<Opened, String> {
             code_error(rc)
         ));
     }
-    let port = configure(id, queues, dpdk)?;
+    let (port, reta_size) = configure(id, queues, dpdk, rss_key)?;
     let port = Arc::new(port);
     let mut mac = sys::rte_ether_addr::default();
     // SAFETY: mac is a valid rte_ether_addr for the started port.
@@ -268,12 +272,20 @@ pub fn open(config: &Config) -> Result<Opened, String> {
         queues,
         mac: EthernetAddress(mac.addr_bytes),
         mtu: usize::from(mtu),
+        reta_size,
     })
 }
 
-/// Configures port `id` with `queues` queue pairs (RSS over IPv4/TCP when more than one),
-/// creates the mempool, sets the queues up and starts the port.
-fn configure(id: u16, queues: usize, dpdk: &DpdkConfig) -> Result<Port, String> {
+/// Configures port `id` with `queues` queue pairs (RSS over IPv4/TCP with `rss_key` when more
+/// than one: left unset, the PMD picks its own key — virtio's is random — and the stack
+/// could not predict the queues), creates the mempool, sets the queues up and starts the
+/// port. Also returns the size of its RSS redirection table.
+fn configure(
+    id: u16,
+    queues: usize,
+    dpdk: &DpdkConfig,
+    rss_key: &[u8],
+) -> Result<(Port, u16), String> {
     let mut info = sys::rte_eth_dev_info::default();
     // SAFETY: info is a valid rte_eth_dev_info.
     let rc = unsafe { sys::rte_eth_dev_info_get(id, &mut info) };
@@ -299,8 +311,20 @@ fn configure(id: u16, queues: usize, dpdk: &DpdkConfig) -> Result<Port, String> 
                 dpdk.pci_address
             ));
         }
+        if usize::from(info.hash_key_size) != rss_key.len() {
+            return Err(format!(
+                "{} takes an RSS key of {} bytes, the stack's configured key has {}: the \
+                 queues could not be predicted, give one core",
+                dpdk.pci_address,
+                info.hash_key_size,
+                rss_key.len()
+            ));
+        }
         conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
         conf.rx_adv_conf.rss_conf.rss_hf = hashes;
+        // DPDK copies the key during rte_eth_dev_configure; it is never written through.
+        conf.rx_adv_conf.rss_conf.rss_key = rss_key.as_ptr().cast_mut();
+        conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
     }
     // SAFETY: conf is a valid rte_eth_conf; the port is not started.
     let rc = unsafe { sys::rte_eth_dev_configure(id, queues as u16, queues as u16, &conf) };
@@ -362,7 +386,7 @@ fn configure(id: u16, queues: usize, dpdk: &DpdkConfig) -> Result<Port, String> 
     if rc != 0 {
         return Err(format!("rte_eth_dev_start: {}", code_error(rc)));
     }
-    Ok(port)
+    Ok((port, info.reta_size))
 }
 
 impl DpdkQueue {

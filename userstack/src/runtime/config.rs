@@ -2,6 +2,7 @@
 //! agent's dataplane supervisor writes: camelCase fields, enum values spelled as the
 //! hoststack CRDs serialise them (the contract's lower-camel spellings are accepted too).
 
+use super::toeplitz::{from_hex, RssTable, Steering, SteeringSource, MICROSOFT_KEY};
 use crate::tcp::{self, CongestionAlgorithm};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -131,6 +132,20 @@ pub struct DpdkConfig {
     pub mempool_mbufs: u32,
 }
 
+/// The NIC's receive-side scaling, as the agent read it through ethtool netlink.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RssConfig {
+    /// The Toeplitz key, hex without separators (at least 16 bytes: a TCP/IPv4 flow hashes
+    /// 12 bytes of input, each needing the 32 key bits from its position on).
+    pub key: String,
+    /// The indirection table: entry `hash % len` is the queue.
+    pub indirection: Vec<u32>,
+}
+
+/// The smallest key that hashes a TCP/IPv4 flow (12 bytes of input + 4).
+const MIN_KEY_BYTES: usize = 16;
+
 /// The whole runner configuration.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -158,6 +173,9 @@ pub struct Config {
     /// DPDK settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dpdk: Option<DpdkConfig>,
+    /// The NIC's RSS key and table; absent, the configured key spread over the shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss: Option<RssConfig>,
 }
 
 fn default_drain_timeout_ms() -> u64 {
@@ -216,7 +234,36 @@ impl Config {
         if self.backend == Backend::Dpdk && self.dpdk.is_none() {
             return Err("backend dpdk needs the dpdk settings".into());
         }
+        self.steering()?;
         Ok(())
+    }
+
+    /// What the shards steer by: the NIC's key and table from `rss`, or else
+    /// [`MICROSOFT_KEY`] spread round-robin over the shards' queues.
+    pub fn steering(&self) -> Result<Steering, String> {
+        let Some(rss) = &self.rss else {
+            return Ok(Steering {
+                source: SteeringSource::Configured,
+                table: RssTable::spread(&MICROSOFT_KEY, self.cores.len() as u32),
+            });
+        };
+        let key = from_hex(&rss.key).map_err(|e| format!("rss.key: {e}"))?;
+        if key.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "rss.key: {} bytes, a TCP/IPv4 hash needs at least {MIN_KEY_BYTES}",
+                key.len()
+            ));
+        }
+        if rss.indirection.is_empty() {
+            return Err("rss.indirection: the table is empty".into());
+        }
+        Ok(Steering {
+            source: SteeringSource::Nic,
+            table: RssTable {
+                key,
+                indirection: rss.indirection.clone(),
+            },
+        })
     }
 
     /// The service ports.
@@ -283,10 +330,62 @@ mod tests {
                 FULL.replace("drainTimeoutMs", "drainTimeout"),
                 "unknown field",
             ),
+            (
+                FULL.replace(
+                    "\"drainTimeoutMs\"",
+                    r#""rss": {"key": "6d5a", "indirection": [0]}, "drainTimeoutMs""#,
+                ),
+                "at least 16",
+            ),
+            (
+                FULL.replace(
+                    "\"drainTimeoutMs\"",
+                    r#""rss": {"key": "6d5x", "indirection": [0]}, "drainTimeoutMs""#,
+                ),
+                "rss.key",
+            ),
+            (
+                FULL.replace(
+                    "\"drainTimeoutMs\"",
+                    &format!(
+                        r#""rss": {{"key": "{}", "indirection": []}}, "drainTimeoutMs""#,
+                        "00".repeat(40)
+                    ),
+                ),
+                "table is empty",
+            ),
         ];
         for (text, expected) in cases {
             let error = Config::from_json(&text).unwrap_err();
             assert!(error.contains(expected), "{error} lacks {expected}");
         }
+    }
+
+    #[test]
+    fn steers_by_the_nics_rss_when_given_and_by_the_configured_key_otherwise() {
+        let configured = Config::from_json(FULL).unwrap().steering().unwrap();
+        assert_eq!(configured.source, SteeringSource::Configured);
+        assert_eq!(configured.table, RssTable::spread(&MICROSOFT_KEY, 1));
+        let key: Vec<u8> = (1..=40).collect();
+        let text = FULL.replace(
+            "\"drainTimeoutMs\"",
+            &format!(
+                r#""rss": {{"key": "{}", "indirection": [0, 1, 2, 3]}}, "drainTimeoutMs""#,
+                super::super::toeplitz::to_hex(&key)
+            ),
+        );
+        let nic = Config::from_json(&text).unwrap().steering().unwrap();
+        assert_eq!(nic.source, SteeringSource::Nic);
+        assert_eq!(
+            nic.table,
+            RssTable {
+                key,
+                indirection: vec![0, 1, 2, 3]
+            }
+        );
+        let unknown = text.replace("\"indirection\"", "\"table\"");
+        assert!(Config::from_json(&unknown)
+            .unwrap_err()
+            .contains("unknown field"));
     }
 }

@@ -1,8 +1,10 @@
 //! The runtime that puts stacks on real packets: one [`shard::Shard`] per dedicated core,
 //! each pinned with sched_setaffinity and serving one device queue, the [`services`] on
 //! their listeners, a graceful stop, and the [`stats`] the runner publishes. Flows reach
-//! their shard through the NIC's RSS ([`toeplitz`]); an active open picks a source port that
-//! hashes back to its own queue ([`toeplitz::RssTable::port_for_queue`]).
+//! their shard through the NIC's RSS ([`toeplitz`]): the runtime steers by the NIC's own key
+//! and table when the config has them (`rss`, read by the agent), by the configured key
+//! otherwise ([`Runtime::steering`]); an active open picks a source port that hashes back to
+//! its own queue ([`toeplitz::RssTable::connect`]).
 
 pub mod config;
 pub mod interface;
@@ -22,11 +24,12 @@ use crate::tcp;
 use crate::time::Instant;
 use services::{HttpResponses, ServiceSpec};
 use shard::{Control, Shard, ShardFigures};
-use stats::{RunState, ServiceStats, ShardStats, Stats, StopStats};
+use stats::{RunState, ServiceStats, ShardStats, Stats, SteeringStats, StopStats};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use toeplitz::Steering;
 
 /// Running shards and what keeps their traffic flowing (the XDP program).
 #[derive(Debug)]
@@ -39,6 +42,7 @@ pub struct Runtime {
     backend: Backend,
     mode: &'static str,
     services: Vec<ServiceStats>,
+    steering: Steering,
 }
 
 /// Pins the calling thread to `core`.
@@ -110,6 +114,8 @@ impl Runtime {
         config.validate()?;
         check_cores(&config.cores)?;
         let (ip, prefix_len) = config::parse_address(&config.address)?;
+        #[cfg_attr(not(feature = "dpdk"), allow(unused_mut))]
+        let mut steering = config.steering()?;
         let mut services = Vec::new();
         for service in &config.services {
             let spec = match service.kind {
@@ -167,7 +173,14 @@ impl Runtime {
             }
             #[cfg(feature = "dpdk")]
             Backend::Dpdk => {
-                let opened = crate::device::dpdk::open(config)?;
+                let opened = crate::device::dpdk::open(config, &steering.table.key)?;
+                // The port hashes with the configured key (programmed by `open`) over its
+                // default round-robin table of `reta_size` entries.
+                steering.table = toeplitz::RssTable::spread_over(
+                    &steering.table.key,
+                    config.cores.len() as u32,
+                    u32::from(opened.reta_size),
+                );
                 stack_config.mac = opened.mac;
                 stack_config.mtu = opened.mtu;
                 let devices = opened
@@ -227,6 +240,7 @@ impl Runtime {
                     port: s.port,
                 })
                 .collect(),
+            steering,
         };
         for _ in 0..runtime.threads.len() {
             let answer = ready_rx
@@ -267,9 +281,20 @@ impl Runtime {
             mode: self.mode,
             shards,
             services: self.services.clone(),
+            steering: SteeringStats {
+                source: self.steering.source.as_str(),
+                key: toeplitz::to_hex(&self.steering.table.key),
+                indirection_size: self.steering.table.indirection.len(),
+            },
             netstat: stats::netstat(&counters),
             stop: matches!(state, RunState::Draining | RunState::Stopped).then_some(stop),
         }
+    }
+
+    /// The RSS key and table the shards steer by: shard *i* serves queue *i*, and whatever
+    /// runs on it opens connections with [`toeplitz::RssTable::connect`] on that queue.
+    pub fn steering(&self) -> &Steering {
+        &self.steering
     }
 
     /// Starts the graceful stop without waiting for it.

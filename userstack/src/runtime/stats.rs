@@ -55,6 +55,18 @@ pub struct StopStats {
     pub reset: u64,
 }
 
+/// What the shards steer by (see [`super::toeplitz::Steering`]).
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SteeringStats {
+    /// `nic` or `configured`.
+    pub source: &'static str,
+    /// The Toeplitz key in hex.
+    pub key: String,
+    /// Entries in the indirection table.
+    pub indirection_size: usize,
+}
+
 /// The whole document.
 #[derive(Serialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -71,6 +83,8 @@ pub struct Stats {
     pub shards: Vec<ShardStats>,
     /// What is served.
     pub services: Vec<ServiceStats>,
+    /// The RSS key and table flows are steered by.
+    pub steering: SteeringStats,
     /// Counters of all shards, by /proc/net/{snmp,netstat} section and field name.
     pub netstat: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
     /// Present once stopping.
@@ -135,6 +149,11 @@ mod tests {
                 kind: super::super::ServiceKind::Http,
                 port: 80,
             }],
+            steering: SteeringStats {
+                source: "nic",
+                key: "6d5a56da".into(),
+                indirection_size: 128,
+            },
             netstat: netstat(&Counters::default()),
             stop: Some(StopStats {
                 drained: 1,
@@ -150,5 +169,9 @@ mod tests {
         assert_eq!(value["services"][0]["kind"], "Http");
         assert_eq!(value["netstat"]["Tcp"]["OutSegs"], 0);
         assert_eq!(value["stop"]["reset"], 2);
+        assert_eq!(
+            value["steering"],
+            serde_json::json!({ "source": "nic", "key": "6d5a56da", "indirectionSize": 128 })
+        );
     }
 }

@@ -2,7 +2,14 @@
 //! "Verifying the RSS Hash Calculation"): for every set bit of the input, the 32-bit window
 //! of the key starting at that bit is XORed into the result. The NIC then picks the queue
 //! from the hash's low bits through its indirection table ([`RssTable`]).
+//!
+//! A runtime steers by a [`Steering`]: the NIC's own key and table (the agent reads them
+//! through ethtool netlink and passes them in the config's `rss`), or else a configured key
+//! ([`MICROSOFT_KEY`]) spread over the shards, which the DPDK backend programs into the
+//! device. Connections a shard opens take a source port that hashes back to the shard's own
+//! queue ([`RssTable::connect`]).
 
+use crate::stack::{Error, SocketHandle, Stack};
 use std::net::SocketAddrV4;
 
 /// Microsoft's sample key (the verification suite's and many drivers' default).
@@ -56,13 +63,22 @@ pub struct RssTable {
     pub indirection: Vec<u32>,
 }
 
+/// Entries of a configured table: the size ethtool and most drivers (virtio-net, ixgbe's
+/// 82599, mlx5) use.
+pub const DEFAULT_INDIRECTION_SIZE: u32 = 128;
+
 impl RssTable {
     /// A configured table: `key`, and queues 0..`queues` spread round-robin over 128 entries
     /// (the ethtool default, `ethtool -X equal N`).
     pub fn spread(key: &[u8], queues: u32) -> RssTable {
+        RssTable::spread_over(key, queues, DEFAULT_INDIRECTION_SIZE)
+    }
+
+    /// Like [`RssTable::spread`] over `entries` entries (a DPDK port's `reta_size`).
+    pub fn spread_over(key: &[u8], queues: u32, entries: u32) -> RssTable {
         RssTable {
             key: key.to_vec(),
-            indirection: (0..128).map(|i| i % queues.max(1)).collect(),
+            indirection: (0..entries.max(1)).map(|i| i % queues.max(1)).collect(),
         }
     }
 
@@ -89,6 +105,76 @@ impl RssTable {
             self.queue(remote, SocketAddrV4::new(local, port)) == queue && !taken(port)
         })
     }
+
+    /// Opens a connection from `stack` (the shard on `queue`) to `remote`, from the first free
+    /// port of the stack's ephemeral range whose replies the NIC puts on `queue`. This is how
+    /// anything running on a shard opens connections (an active open through
+    /// [`Stack::connect`] would take the next port whatever queue its replies land on).
+    pub fn connect(
+        &self,
+        stack: &mut Stack,
+        queue: u32,
+        remote: SocketAddrV4,
+    ) -> Result<SocketHandle, Error> {
+        let (first, last) = stack.config().ephemeral_ports;
+        let local = stack.config().ip;
+        let port = self
+            .port_for_queue(queue, local, remote, first..=last, |p| {
+                stack.port_in_use(p, remote)
+            })
+            .ok_or(Error::NoPortAvailable)?;
+        let tcp = stack.config().tcp;
+        stack.connect_from(port, remote, tcp)
+    }
+}
+
+/// Where a runtime's RSS key and table come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SteeringSource {
+    /// Read from the NIC (ethtool netlink, by the agent).
+    Nic,
+    /// The configured key spread over the shards (the NIC has no RSS to read, or the
+    /// backend programs the key itself).
+    Configured,
+}
+
+impl SteeringSource {
+    /// The spelling in the stats file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SteeringSource::Nic => "nic",
+            SteeringSource::Configured => "configured",
+        }
+    }
+}
+
+/// The table a runtime steers by, and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Steering {
+    /// Where it came from.
+    pub source: SteeringSource,
+    /// The key and indirection table.
+    pub table: RssTable,
+}
+
+/// `bytes` as lowercase hex without separators (the config's and the stats' spelling).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of lowercase or uppercase hex without separators.
+pub fn from_hex(text: &str) -> Result<Vec<u8>, String> {
+    if !text.len().is_multiple_of(2) {
+        return Err(format!("{text:?} is not hex bytes (odd length)"));
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            text.get(i..i + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(|| format!("{text:?} is not hex bytes (at {i})"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -180,5 +266,46 @@ mod tests {
             single.port_for_queue(1, local, remote, 32768..=60999, |_| false),
             None
         );
+    }
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        assert_eq!(to_hex(&MICROSOFT_KEY[..4]), "6d5a56da");
+        assert_eq!(from_hex("6d5A56da").unwrap(), MICROSOFT_KEY[..4]);
+        assert_eq!(from_hex(&to_hex(&MICROSOFT_KEY)).unwrap(), MICROSOFT_KEY);
+        assert!(from_hex("6d5").unwrap_err().contains("odd length"));
+        assert!(from_hex("6d:5a").unwrap_err().contains("not hex"));
+        assert!(from_hex("zz").unwrap_err().contains("not hex"));
+        let over = RssTable::spread_over(&MICROSOFT_KEY, 3, 64);
+        assert_eq!(over.indirection.len(), 64);
+        assert_eq!(over.indirection[..4], [0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn a_stack_connects_from_a_port_whose_replies_reach_its_queue() {
+        use crate::stack::StackConfig;
+        use crate::time::Instant;
+        use crate::wire::EthernetAddress;
+        let local: Ipv4Addr = "198.19.64.50".parse().unwrap();
+        let remote = addr(("198.19.64.2", 80));
+        let mut stack = Stack::new(
+            StackConfig::new(EthernetAddress([2, 0, 0, 0, 0, 1]), local, 24),
+            Instant::ZERO,
+        );
+        let table = RssTable::spread(&MICROSOFT_KEY, 4);
+        for queue in [3, 3, 1] {
+            let handle = table.connect(&mut stack, queue, remote).unwrap();
+            let port = stack.connection(handle).unwrap().local().port();
+            assert_eq!(table.queue(remote, SocketAddrV4::new(local, port)), queue);
+        }
+        assert_eq!(
+            stack.connection_count(),
+            3,
+            "two opens on queue 3 took two ports"
+        );
+        assert!(matches!(
+            RssTable::spread(&MICROSOFT_KEY, 1).connect(&mut stack, 1, remote),
+            Err(Error::NoPortAvailable)
+        ));
     }
 }
