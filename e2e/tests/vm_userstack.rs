@@ -8,6 +8,16 @@
 //! echo service with kernel TCP, byte-exact; then the tuning is deleted and the agent stops
 //! the runner and gives the NIC back to virtio-pci.
 //!
+//! Before that, with the data NIC still on virtio_net (qemu `rss=on`), the steering proof:
+//! a non-default RSS key (`ethtool -X eth1 hkey ...` in the guest; the channels stay at the
+//! boot count, see docs/vm-node.md); TCP SYNs from the client namespace with chosen source
+//! ports land on the rx queue the stack's `RssTable::queue` predicts from the key and table
+//! `ethtool -x` shows (the queue counters of `ethtool -S`); and a tuning with backend AfXdp
+//! on `eth1` makes the guest's agent read that same key and table (through the
+//! `ETHTOOL_GRSSH` ioctl: the guest's Linux 6.1 predates `ETHTOOL_MSG_RSS_GET`) and hand them
+//! to the runner (its `config.json`), which reports steering source `nic` with that key in
+//! the NodeTuning status.
+//!
 //! A correctness proof under TCG emulation, not a speed figure: the counts are small and
 //! every wait is bounded. The DPDK-featured runner is built by this test into
 //! `<target>/dpdk/` (`cargo build -p userstack --features dpdk --bin hoststack-userstack
@@ -15,13 +25,15 @@
 //! `HOSTSTACK_DPDK_RUNNER` names a runner built elsewhere instead.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI};
 use hoststack_e2e::{Lab, LabConfig, NodeSpec};
+use userstack::runtime::toeplitz::{to_hex, RssTable};
 
 const NODE: &str = "vm-dpdk";
 /// How long the guest's agent may take to apply a revision and start the stack (TCG).
@@ -225,8 +237,245 @@ fn curl_from(ns: &str, url: &str) -> Vec<u8> {
     out.stdout
 }
 
+/// `ethtool -x` of the data NIC in the guest: its RSS key and indirection table, with the
+/// hash function checked to be Toeplitz.
+fn ethtool_rss(vm: &Vm) -> RssTable {
+    let out = vm.run(&format!("ethtool -x {DATA_IF}"));
+    let mut lines = out.lines();
+    let mut indirection = Vec::new();
+    let mut key = Vec::new();
+    while let Some(line) = lines.next() {
+        let line = line.trim();
+        if let Some((index, queues)) = line.split_once(':') {
+            if index.chars().all(|c| c.is_ascii_digit()) && !index.is_empty() {
+                indirection.extend(queues.split_whitespace().map(|q| {
+                    q.parse::<u32>()
+                        .unwrap_or_else(|_| panic!("queue {q:?} in {out}"))
+                }));
+                continue;
+            }
+        }
+        if line.starts_with("RSS hash key") {
+            let hex = lines.next().expect("a key line").trim();
+            key = hex
+                .split(':')
+                .map(|b| u8::from_str_radix(b, 16).unwrap_or_else(|_| panic!("{hex}")))
+                .collect();
+        }
+    }
+    assert!(
+        out.contains("toeplitz: on"),
+        "the data NIC does not hash with Toeplitz:\n{out}"
+    );
+    assert!(!key.is_empty() && !indirection.is_empty(), "{out}");
+    RssTable { key, indirection }
+}
+
+/// The received-packet counters of the data NIC's rx queues (`ethtool -S`).
+fn rx_queue_packets(vm: &Vm) -> Vec<u64> {
+    let out = vm.run(&format!("ethtool -S {DATA_IF}"));
+    let mut counters: Vec<(u32, u64)> = out
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.trim().split_once(':')?;
+            let queue = name.strip_prefix("rx_queue_")?.strip_suffix("_packets")?;
+            Some((queue.parse().ok()?, value.trim().parse().ok()?))
+        })
+        .collect();
+    counters.sort_unstable();
+    assert!(!counters.is_empty(), "no rx queue counters in\n{out}");
+    counters.into_iter().map(|(_, n)| n).collect()
+}
+
+/// A non-blocking TCP connect from local port `port` to `to` in the calling thread's
+/// namespace (std cannot bind before connecting): the SYN is on its way when this returns.
+fn connect_from_port(port: u16, to: SocketAddrV4) -> std::io::Result<OwnedFd> {
+    let address = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket(2); the descriptor is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is new and nobody else's.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    let local = address(Ipv4Addr::UNSPECIFIED, port);
+    let remote = address(*to.ip(), to.port());
+    // SAFETY: setsockopt, bind and connect with pointers to live values of the given sizes.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        if libc::bind(
+            fd.as_raw_fd(),
+            (&local as *const libc::sockaddr_in).cast(),
+            len,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::connect(
+            fd.as_raw_fd(),
+            (&remote as *const libc::sockaddr_in).cast(),
+            len,
+        ) != 0
+        {
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EINPROGRESS) {
+                return Err(error);
+            }
+        }
+    }
+    Ok(fd)
+}
+
+/// Sends `count` TCP SYNs from port `port` of namespace `ns` to `to`: each a non-blocking
+/// connect closed at once (a socket closed in SYN-SENT sends nothing more).
+fn send_syns(ns: &str, port: u16, to: SocketAddrV4, count: usize) {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        hoststack_e2e::clients::enter(&ns).expect("entering the client namespace");
+        for _ in 0..count {
+            let socket = connect_from_port(port, to)
+                .unwrap_or_else(|e| panic!("a SYN from :{port} to {to}: {e}"));
+            // Let the SYN leave before the socket goes.
+            std::thread::sleep(Duration::from_millis(20));
+            drop(socket);
+        }
+    })
+    .join()
+    .expect("the SYN sender");
+}
+
+/// The steering proof on the virtio data NIC (see the module doc); leaves no tuning behind.
+fn step_rss_steering(lab: &Lab, vm: &Vm, client: &ClientNs, k: u8, mac: &str) {
+    // A key no driver uses by default.
+    let key: Vec<u8> = (0..40u32).map(|i| (i * 37 + 11) as u8).collect();
+    let colons: Vec<String> = key.iter().map(|b| format!("{b:02x}")).collect();
+    vm.run(&format!(
+        "ip link set {DATA_IF} up && ethtool -X {DATA_IF} hkey {}",
+        colons.join(":")
+    ));
+    let table = ethtool_rss(vm);
+    assert_eq!(table.key, key, "ethtool -X hkey did not take");
+    let queues = rx_queue_packets(vm).len() as u32;
+    eprintln!(
+        "eth1 RSS: {}-byte key {}, {} entries over {queues} rx queues",
+        table.key.len(),
+        to_hex(&table.key),
+        table.indirection.len()
+    );
+    assert!(table.indirection.iter().all(|&q| q < queues), "{table:?}");
+
+    // (b) The table predicts the queue the NIC puts each flow on.
+    let client_ip = Ipv4Addr::new(198, 18, k, 251);
+    let target = SocketAddrV4::new(Ipv4Addr::new(198, 18, k, 248), 7);
+    ip(&[
+        "-n",
+        &client.name,
+        "neigh",
+        "replace",
+        &target.ip().to_string(),
+        "lladdr",
+        mac,
+        "dev",
+        "eth0",
+        "nud",
+        "permanent",
+    ]);
+    const SYNS: usize = 5;
+    let mut seen = vec![0u32; queues as usize];
+    for port in 41000..41016u16 {
+        // The NIC's source is the client, its destination the guest.
+        let predicted = table.queue(SocketAddrV4::new(client_ip, port), target);
+        let before = rx_queue_packets(vm);
+        send_syns(&client.name, port, target, SYNS);
+        let after = rx_queue_packets(vm);
+        let moved: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        let landed = (0..queues)
+            .filter(|&q| moved[q as usize] >= SYNS as u64)
+            .collect::<Vec<_>>();
+        assert_eq!(
+            landed,
+            [predicted],
+            "{SYNS} SYNs from port {port}: rx queue packets moved by {moved:?}, the table \
+             predicts queue {predicted}"
+        );
+        seen[predicted as usize] += 1;
+    }
+    eprintln!("16 flows, each on the predicted rx queue; flows per queue: {seen:?}");
+    assert!(
+        seen.iter().filter(|&&n| n > 0).count() > 1,
+        "all flows on one queue prove nothing about the hash: {seen:?}"
+    );
+
+    // (a) The agent reads the same key and table and hands them to an AF_XDP runner.
+    let stack_ip = Ipv4Addr::new(198, 18, k, 249);
+    let yaml = format!(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: vm-afxdp\n\
+         spec:\n  nodeSelector:\n    matchLabels:\n      pool: vm-dpdk\n  userspaceStack:\n    \
+         cores: \"{CORE}\"\n    interface: {DATA_IF}\n    backend: AfXdp\n    address: \
+         {stack_ip}/24\n    services:\n    - kind: Echo\n      port: 7\n"
+    );
+    lab.apply_yaml(&yaml)
+        .unwrap_or_else(|e| panic!("kubectl apply of\n{yaml}\nfailed: {e}"));
+    let running = await_status(lab, vm, "the AF_XDP stack's steering", |s| {
+        s["userspaceStack"]["steering"]["source"].is_string()
+    });
+    let steering = &running["userspaceStack"]["steering"];
+    eprintln!("status.userspaceStack: {:#}", running["userspaceStack"]);
+    let config: serde_json::Value =
+        serde_json::from_str(&vm.run("cat /run/hoststack/state/userstack/config.json"))
+            .expect("the runner's config is JSON");
+    assert_eq!(config["rss"]["key"], to_hex(&key), "{config:#}");
+    let indirection: Vec<u32> = serde_json::from_value(config["rss"]["indirection"].clone())
+        .expect("the table is a list of queues");
+    assert_eq!(indirection, table.indirection, "{config:#}");
+    assert_eq!(steering["source"], "nic", "{steering:#}");
+    assert_eq!(steering["key"], to_hex(&key), "{steering:#}");
+    assert_eq!(
+        steering["indirectionSize"],
+        table.indirection.len(),
+        "{steering:#}"
+    );
+    let out = lab.kubectl(&["delete", "networktuning", "vm-afxdp", "--wait=true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    await_status(lab, vm, "the AF_XDP stack's revert", |s| {
+        s["state"] == "Reverted" && s["userspaceStack"].is_null()
+    });
+    assert!(
+        !vm.exec("pgrep -x hoststack-users").success(),
+        "an AF_XDP runner is left in the guest"
+    );
+    ip(&[
+        "-n",
+        &client.name,
+        "neigh",
+        "del",
+        &target.ip().to_string(),
+        "dev",
+        "eth0",
+    ]);
+}
+
 #[test]
-fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
+fn vm_node_steers_like_its_nic_and_serves_from_the_userstack_on_dpdk() {
     let runner = dpdk_runner();
     let mut config = LabConfig::with_nodes(0);
     config
@@ -248,6 +497,9 @@ fn vm_node_serves_echo_and_http_from_the_userstack_on_dpdk() {
         .trim()
         .to_string();
     assert_eq!(vm.pci_driver(DATA_PCI), "virtio-pci");
+    let started = Instant::now();
+    step_rss_steering(&lab, vm, &client, k, &mac);
+    eprintln!("the RSS steering step took {:?}", started.elapsed());
 
     let applied = Instant::now();
     let yaml = format!(

@@ -7,7 +7,11 @@
 //! - `00:03.0` the data NIC: modern-only virtio-net with `iommu_platform=on,ats=on` (without
 //!   iommu_platform the device bypasses the IOMMU and DPDK hangs at "Configuring Port 0"),
 //!   4 queue pairs on the multi-queue tap `tapd`, 10 MSI-X vectors (one per queue, config,
-//!   control);
+//!   control), and `rss=on`: the device offers VIRTIO_NET_F_RSS, so the guest's virtio_net
+//!   programs a Toeplitz key and a 128-entry indirection table (readable and settable with
+//!   `ethtool -x/-X`, and through `ETHTOOL_MSG_RSS_GET`) and qemu spreads received flows over
+//!   the queues by them (in an eBPF steering program on the tap where it can load one, in
+//!   software otherwise — the same hash either way);
 //! - the host root read-only (`host`) and the node's share read-write (`share`) over 9p.
 
 use std::path::PathBuf;
@@ -94,7 +98,7 @@ pub(crate) fn args(spec: &QemuSpec) -> Vec<String> {
         "-device".into(),
         format!(
             "virtio-net-pci,netdev=data,mac={},addr=0x3,disable-legacy=on,iommu_platform=on,\
-             ats=on,mq=on,vectors={}",
+             ats=on,mq=on,rss=on,vectors={}",
             spec.data_mac,
             2 * DATA_QUEUES + 2
         ),
@@ -135,6 +139,7 @@ mod tests {
             "iommu_platform=on",
             "ats=on",
             "mq=on",
+            "rss=on",
             "vectors=10",
             "disable-legacy=on",
         ] {

@@ -89,7 +89,8 @@ pub fn wanted(
     wanted_with(stack, sys_root, interfaces, socket::rss)
 }
 
-/// [`wanted`] with the NIC's RSS read by `read_rss` (asked only for backend AfXdp).
+/// [`wanted`] with the NIC's RSS read by `read_rss` (asked only for backend AfXdp; a
+/// missing device reads as no RSS, any other failure is an error).
 pub fn wanted_with(
     stack: &UserspaceStack,
     sys_root: &Path,
@@ -98,7 +99,12 @@ pub fn wanted_with(
 ) -> Result<Wanted, String> {
     let cores = cores::parse_cores(stack)?;
     let nic_rss = if stack.backend == StackBackend::AfXdp {
-        read_rss(&stack.interface).map_err(|e| e.to_string())?
+        match read_rss(&stack.interface) {
+            Ok(rss) => rss,
+            // The runner itself fails on a missing interface, with the reason in the status.
+            Err(e) if socket::errno(&e) == Some(libc::ENODEV) => None,
+            Err(e) => return Err(e.to_string()),
+        }
     } else {
         None
     };
@@ -249,6 +255,12 @@ mod tests {
         assert_eq!(rss.indirection, [0, 1]);
         // No RSS on the device (veth): the runner's configured key.
         let w = wanted_with(&stack, dir.path(), &[], |_| Ok(None)).expect("wanted");
+        assert_eq!(w.config.rss, None);
+        // A missing interface is left to the runner, which reports it in the status.
+        let w = wanted_with(&stack, dir.path(), &[], |_| {
+            Err(std::io::Error::from_raw_os_error(libc::ENODEV))
+        })
+        .expect("wanted");
         assert_eq!(w.config.rss, None);
         // Any other failure is the stack's error.
         let error = wanted_with(&stack, dir.path(), &[], |_| {

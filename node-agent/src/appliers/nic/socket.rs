@@ -278,11 +278,17 @@ pub fn rss(dev: &str) -> io::Result<Option<ethtool::Rss>> {
             Err(e) if errno(&e) == Some(libc::EOPNOTSUPP) => super::rxfh::read(dev),
             Err(e) => Err(e),
         };
-    read.map_err(|e| {
-        io::Error::new(
+    read.map_err(|e| match errno(&e) {
+        // Keeps the errno (a caller tells a missing device from a failure).
+        Some(errno) => KernelError {
+            errno,
+            message: Some(format!("reading the RSS key and table of {dev} (ethtool)")),
+        }
+        .into_io(),
+        None => io::Error::new(
             e.kind(),
             format!("reading the RSS key and table of {dev} (ethtool): {e}"),
-        )
+        ),
     })
 }
 
@@ -396,11 +402,12 @@ mod tests {
     fn a_device_without_rss_reads_as_none_and_a_missing_one_as_an_error() {
         // Loopback has no get_rxfh: the kernel answers RSS_GET with EOPNOTSUPP.
         assert_eq!(rss("lo").expect("RSS_GET of lo"), None);
-        let error = rss("hs-no-such-dev").unwrap_err().to_string();
+        let error = rss("hs-no-such-dev").unwrap_err();
+        assert_eq!(errno(&error), Some(libc::ENODEV));
+        let text = error.to_string();
         assert!(
-            error.contains("RSS key and table of hs-no-such-dev")
-                && error.contains("No such device"),
-            "{error}"
+            text.contains("RSS key and table of hs-no-such-dev") && text.contains("No such device"),
+            "{text}"
         );
     }
 }
