@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI};
 use hoststack_e2e::{Lab, LabConfig, NodeSpec};
-use userstack::runtime::toeplitz::{to_hex, RssTable};
+use userstack::runtime::toeplitz::{to_hex, RssTable, MICROSOFT_KEY};
 
 const NODE: &str = "vm-dpdk";
 /// How long the guest's agent may take to apply a revision and start the stack (TCG).
@@ -523,6 +523,13 @@ fn vm_node_steers_like_its_nic_and_serves_from_the_userstack_on_dpdk() {
     assert_eq!(stack["mode"], "dpdk", "{stack:#}");
     assert_eq!(stack["cores"], CORE.to_string(), "{stack:#}");
     assert_eq!(stack["shards"][0]["core"], CORE, "{stack:#}");
+    // A DPDK port is no netdev the agent could read: the runner's configured key.
+    assert_eq!(stack["steering"]["source"], "configured", "{stack:#}");
+    assert_eq!(
+        stack["steering"]["key"],
+        to_hex(&MICROSOFT_KEY),
+        "{stack:#}"
+    );
     assert_eq!(vm.pci_driver(DATA_PCI), "vfio-pci");
     let log = vm.run("cat /run/hoststack/state/userstack/runner.log");
     eprintln!("runner.log in the guest:\n{log}");
