@@ -29,9 +29,7 @@ impl Binaries {
     /// the operator, agent and kubectl plugin first, so a test never runs stale binaries. `workload`: whether
     /// operator and agent are needed at all.
     pub fn locate(workload: bool) -> Result<Binaries> {
-        let cp = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(CONTROL_PLANE_DEFAULT));
+        let cp = control_plane_dir();
         let explicit = std::env::var_os("HOSTSTACK_BIN_DIR").map(PathBuf::from);
         let bin_dir = match &explicit {
             Some(dir) => dir.clone(),
@@ -74,6 +72,13 @@ impl Binaries {
         }
         Ok(bins)
     }
+}
+
+/// The directory of the control-plane binaries (etcd, kube-apiserver, kubectl, helm, the
+/// kubelet's set): env `HOSTSTACK_CONTROL_PLANE_BIN`, else /var/cache/hoststack/bin.
+pub fn control_plane_dir() -> PathBuf {
+    std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
+        .map_or_else(|| PathBuf::from(CONTROL_PLANE_DEFAULT), PathBuf::from)
 }
 
 /// The repository root: env `HOSTSTACK_REPO_ROOT`, else the parent of this crate's manifest

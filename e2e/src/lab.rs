@@ -649,12 +649,8 @@ impl Lab {
                     etcd, apiserver, ..
                 } = &mut *procs;
                 for p in [etcd, apiserver].into_iter().flatten() {
-                    if let Some(status) = p.exited() {
-                        return Err(Error::Setup(format!(
-                            "{} exited ({status}) while waiting for {what}; its log:\n{}",
-                            p.name,
-                            tail(&p.log, 30)
-                        )));
+                    if let Some(error) = p.exited_while_waiting(what) {
+                        return Err(error);
                     }
                 }
             }

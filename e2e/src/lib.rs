@@ -30,6 +30,7 @@ mod sweep;
 pub mod traffic;
 pub mod vm;
 
+pub use binaries::control_plane_dir;
 pub use config::{LabConfig, NodeKind, NodeSpec};
 pub use kubelet::LAB_IMAGE;
 pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};

@@ -1,6 +1,7 @@
 //! The lab's long-running processes: spawned so that they die with the lab, logged to files,
 //! stopped with SIGTERM then SIGKILL.
 
+use crate::Error;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
@@ -173,6 +174,17 @@ impl Managed {
     /// Its exit status if it has exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// The error for a wait on `what` that this process ended by exiting, with its log's tail;
+    /// `None` while it runs.
+    pub fn exited_while_waiting(&mut self, what: &str) -> Option<Error> {
+        let status = self.exited()?;
+        Some(Error::Setup(format!(
+            "{} exited ({status}) while waiting for {what}; its log:\n{}",
+            self.name,
+            tail(&self.log, 30)
+        )))
     }
 
     /// Sends `signal` to the process.

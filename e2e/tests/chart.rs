@@ -15,8 +15,7 @@ const INSTALL_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/install.
 /// `helm <args>` with the lab's helm (scripts/setup.sh builds it), rendering only: its homes
 /// point nowhere, so it reads and writes no user configuration.
 fn helm(args: &[&str]) -> String {
-    let bin = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
-        .map_or_else(|| PathBuf::from("/var/cache/hoststack/bin"), PathBuf::from);
+    let bin = hoststack_e2e::control_plane_dir();
     let helm = bin.join("helm");
     assert!(
         helm.exists(),
@@ -138,8 +137,7 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
         );
     }
     // Bad values are refused by values.schema.json before anything renders.
-    let bin = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
-        .map_or_else(|| PathBuf::from("/var/cache/hoststack/bin"), PathBuf::from);
+    let bin = hoststack_e2e::control_plane_dir();
     let refused = Command::new(bin.join("helm"))
         .args([
             "template",

@@ -12,7 +12,7 @@
 //! operator's ServiceAccount (server-side apply); the later patches go as the admin, because
 //! `kubectl patch` reads the object first and the operator's role has no `get`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -120,8 +120,7 @@ fn number(v: &Value) -> u64 {
 /// `kubeconfig`: the resourceVersion, then the sample's request id, start, end, revision,
 /// outSegs and retransSegs (empty when absent). The first line is the object as the watch started.
 fn watch(kubeconfig: &Path, seconds: u32) -> Vec<Vec<String>> {
-    let bin = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
-        .map_or_else(|| PathBuf::from("/var/cache/hoststack/bin"), PathBuf::from);
+    let bin = hoststack_e2e::control_plane_dir();
     let template = "jsonpath={.metadata.resourceVersion}|{.status.health.requestId}|{.status.health.start}|{.status.health.end}|{.status.health.revision}|{.status.health.outSegs}|{.status.health.retransSegs}{\"\\n\"}";
     let out = Command::new("timeout")
         .arg(seconds.to_string())

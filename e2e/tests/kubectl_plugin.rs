@@ -6,7 +6,7 @@
 //! tuning that does not exist.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -247,10 +247,7 @@ fn get_promote_pause_resume_undo_and_abort_steer_a_real_rollout() {
     .expect("accepted");
     let s = waiting(&lab, 0);
     let v2 = s["currentRevision"].as_str().unwrap().to_string();
-    let kubectl = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/hoststack/bin"))
-        .join("kubectl");
+    let kubectl = hoststack_e2e::control_plane_dir().join("kubectl");
     let path = format!(
         "{}:{}",
         bin.parent().unwrap().display(),

@@ -114,11 +114,10 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
     assert!(!can(Identity::Agent, &["list", "secrets", "-A"]));
 
     // The whole chart renders to objects the API server accepts (server-side dry run).
-    let cp = std::env::var("HOSTSTACK_CONTROL_PLANE_BIN")
-        .unwrap_or_else(|_| "/var/cache/hoststack/bin".to_string());
+    let cp = hoststack_e2e::control_plane_dir();
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hoststack");
     let helm_home = lab.dir().join("helm");
-    let rendered = Command::new(format!("{cp}/helm"))
+    let rendered = Command::new(cp.join("helm"))
         .args([
             "template",
             "hoststack",

@@ -163,8 +163,7 @@ fn dashboards_are_valid_grafana_json() {
 /// with the lab's helm, which scripts/setup.sh builds).
 #[test]
 fn the_chart_packages_the_dashboards() {
-    let bin = std::env::var_os("HOSTSTACK_CONTROL_PLANE_BIN")
-        .map_or_else(|| PathBuf::from("/var/cache/hoststack/bin"), PathBuf::from);
+    let bin = hoststack_e2e::control_plane_dir();
     let helm = bin.join("helm");
     assert!(
         helm.exists(),

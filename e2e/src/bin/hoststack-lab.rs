@@ -137,11 +137,10 @@ fn up(
         lab.api_url(),
         lab.dir().display()
     );
-    let kubectl_dir = std::env::var("HOSTSTACK_CONTROL_PLANE_BIN")
-        .unwrap_or_else(|_| "/var/cache/hoststack/bin".to_string());
+    let kubectl_dir = hoststack_e2e::control_plane_dir();
     println!("# Use kubectl against the lab from another shell:");
     println!("export KUBECONFIG={}", lab.kubeconfig().display());
-    println!("export PATH={kubectl_dir}:$PATH");
+    println!("export PATH={}:$PATH", kubectl_dir.display());
     for node in lab.node_names() {
         if lab.is_vm(&node) {
             let vm = lab.vm(&node);

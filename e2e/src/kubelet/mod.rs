@@ -21,7 +21,7 @@ mod host;
 
 use crate::command::{cmd, output, run};
 use crate::pki;
-use crate::process::{tail, Managed};
+use crate::process::Managed;
 use crate::{Error, Result};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -523,14 +523,11 @@ fn await_ok(
         if ready() {
             return Ok(());
         }
-        if let Some(p) = process.as_deref_mut() {
-            if let Some(status) = p.exited() {
-                return Err(Error::Setup(format!(
-                    "{} exited ({status}) while waiting for {what}; its log:\n{}",
-                    p.name,
-                    tail(&p.log, 30)
-                )));
-            }
+        if let Some(error) = process
+            .as_deref_mut()
+            .and_then(|p| p.exited_while_waiting(what))
+        {
+            return Err(error);
         }
         if Instant::now() >= deadline {
             return Err(Error::Timeout {
