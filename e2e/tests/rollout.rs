@@ -126,6 +126,27 @@ fn events(lab: &Lab, tuning: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The names of a tuning's recorded revisions (ControllerRevisions), one per line.
+fn history(lab: &Lab, tuning: &str) -> String {
+    let label = format!("hoststack.dev/tuning={tuning}");
+    let out = lab.kubectl(&[
+        "get",
+        "controllerrevisions",
+        "-n",
+        NAMESPACE,
+        "-l",
+        &label,
+        "-o",
+        "name",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 fn delete(lab: &Lab, tuning: &str) {
     let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
     assert!(
@@ -181,18 +202,8 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
         assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), "0", "{node}");
         assert_eq!(node_spec(&lab, node), (revision.clone(), "stable".into()));
     }
-    let history = lab.kubectl(&[
-        "get",
-        "controllerrevisions",
-        "-n",
-        NAMESPACE,
-        "-l",
-        "hoststack.dev/tuning=edge",
-        "-o",
-        "name",
-    ]);
-    let history = String::from_utf8_lossy(&history.stdout).into_owned();
-    assert!(history.contains(&format!("edge-{revision}")), "{history}");
+    let recorded = history(&lab, "edge");
+    assert!(recorded.contains(&format!("edge-{revision}")), "{recorded}");
     let ev = events(&lab, "edge");
     assert!(ev.contains("WaveStarted") && ev.contains("Applied"), "{ev}");
 
@@ -292,6 +303,12 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     for (node, original) in EDGE.iter().zip(&originals) {
         assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), *original, "{node}");
     }
+    // The history goes with the tuning (this lab runs no garbage collector).
+    assert_eq!(
+        history(&lab, "edge"),
+        "",
+        "a deleted tuning's history is left"
+    );
     lab.stop().expect("the lab stops cleanly");
 }
 

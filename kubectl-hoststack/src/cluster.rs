@@ -96,8 +96,15 @@ pub async fn patch_tuning(
         })
 }
 
-/// The recorded revisions of `tuning` in `namespace`.
-pub async fn history(client: &Client, namespace: &str, tuning: &str) -> Result<Vec<Recorded>> {
+/// The recorded revisions of `tuning` in `namespace`: those its object controls (not those an
+/// earlier tuning of the same name left behind).
+pub async fn history(
+    client: &Client,
+    namespace: &str,
+    tuning: &NetworkTuning,
+) -> Result<Vec<Recorded>> {
+    let uid = tuning.uid();
+    let tuning = tuning.name_any();
     let listed = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
         .list(&ListParams::default().labels(&format!("{TUNING_LABEL}={tuning}")))
         .await
@@ -111,6 +118,11 @@ pub async fn history(client: &Client, namespace: &str, tuning: &str) -> Result<V
     Ok(listed
         .items
         .into_iter()
+        .filter(|cr| {
+            cr.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+        })
         .filter_map(|cr| {
             Some(Recorded {
                 revision: cr.labels().get(REVISION_LABEL)?.clone(),

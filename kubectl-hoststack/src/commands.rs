@@ -212,7 +212,7 @@ async fn undo(client: &Client, args: &Undo) -> Result<()> {
     let name = &args.tuning;
     let tuning = cluster::tuning(client, name).await?;
     let current = tuning.spec.config.revision();
-    let history = cluster::history(client, &args.namespace, name).await?;
+    let history = cluster::history(client, &args.namespace, &tuning).await?;
     let back = undo::pick(name, &history, &current, args.to_revision.as_deref())?;
     if back.revision == current {
         return say(&format!(

@@ -850,6 +850,7 @@ async fn cleanup(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
         .collect();
     if pending.is_empty() {
         sync_agent_labels(ctx, &snap).await?;
+        history::forget(&ctx.client, &ctx.namespace, &name).await?;
         publish(
             ctx,
             tuning,

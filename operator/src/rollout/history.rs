@@ -1,8 +1,13 @@
 //! Revision history: every node-config revision of a tuning is kept as a ControllerRevision in
-//! the operator's namespace, owned by the tuning (so it goes when the tuning goes), named
-//! `<tuning>-<revision>` and labelled `hoststack.dev/tuning=<tuning>`. A rollback reads the
-//! stable revision's config from here. The history is bounded: the newest [`HISTORY_LIMIT`]
-//! revisions are kept, and the current and stable ones always.
+//! the operator's namespace, owned by the tuning, named `<tuning>-<revision>` and labelled
+//! `hoststack.dev/tuning=<tuning>`. A rollback reads the stable revision's config from here.
+//! The history is bounded: the newest [`HISTORY_LIMIT`] revisions are kept, and the current and
+//! stable ones always.
+//!
+//! A history belongs to one tuning object, not to its name: revisions owned by an earlier
+//! object of the same name (deleted, and not yet collected) are not read, and one in the way of
+//! a new revision is replaced. [`forget`] deletes a deleted tuning's history itself, so it goes
+//! with the tuning even where no garbage collector runs.
 
 use std::collections::BTreeMap;
 
@@ -66,8 +71,12 @@ pub async fn sync(
     let listed = api
         .list(&ListParams::default().labels(&format!("{TUNING_LABEL}={name}")))
         .await?;
-    let mut history: History = listed
+    let uid = tuning.uid();
+    let (mine, earlier): (Vec<_>, Vec<_>) = listed
         .items
+        .into_iter()
+        .partition(|cr| owned_by(cr, uid.as_deref()));
+    let mut history: History = mine
         .into_iter()
         .filter_map(|cr| {
             let revision = cr.labels().get(REVISION_LABEL)?.clone();
@@ -83,6 +92,13 @@ pub async fn sync(
     if !history.contains_key(revision) {
         let sequence = history.values().map(|e| e.sequence).max().unwrap_or(0) + 1;
         let object_name = object_name(&name, revision);
+        if earlier
+            .iter()
+            .any(|cr| cr.metadata.name.as_deref() == Some(object_name.as_str()))
+        {
+            info!(tuning = %name, revision, "replacing an earlier tuning's revision");
+            delete(&api, &object_name).await?;
+        }
         let cr = ControllerRevision {
             metadata: ObjectMeta {
                 name: Some(object_name.clone()),
@@ -120,19 +136,48 @@ pub async fn sync(
         .map(String::from)
         .collect();
     for object in prune {
-        match api.delete(&object, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete(&api, &object).await?;
         history.retain(|_, e| e.name != object);
     }
     Ok(history)
 }
 
+/// Deletes every recorded revision of the tuning named `tuning` (it is being deleted).
+pub async fn forget(client: &Client, namespace: &str, tuning: &str) -> Result<()> {
+    let api = Api::<ControllerRevision>::namespaced(client.clone(), namespace);
+    let listed = api
+        .list(&ListParams::default().labels(&format!("{TUNING_LABEL}={tuning}")))
+        .await?;
+    for object in listed
+        .items
+        .iter()
+        .filter_map(|cr| cr.metadata.name.as_deref())
+    {
+        delete(&api, object).await?;
+    }
+    Ok(())
+}
+
+/// Deletes one recorded revision; one already gone is fine.
+async fn delete(api: &Api<ControllerRevision>, object: &str) -> Result<()> {
+    match api.delete(object, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether a recorded revision's controller is the tuning with `uid`.
+fn owned_by(cr: &ControllerRevision, uid: Option<&str>) -> bool {
+    cr.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     #[test]
     fn prunes_the_oldest_but_never_the_current_or_stable_revision() {
@@ -152,5 +197,29 @@ mod tests {
         let small: History = history.into_iter().take(3).collect();
         assert!(to_prune(&small, &[]).is_empty());
         assert_eq!(object_name("edge", "abc"), "edge-abc");
+    }
+
+    #[test]
+    fn a_revision_belongs_to_the_tuning_object_that_controls_it() {
+        let owner = |uid: &str, controller: bool| OwnerReference {
+            api_version: "hoststack.dev/v1alpha1".into(),
+            kind: "NetworkTuning".into(),
+            name: "edge".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            ..OwnerReference::default()
+        };
+        let cr = |owners: Vec<OwnerReference>| ControllerRevision {
+            metadata: ObjectMeta {
+                owner_references: Some(owners),
+                ..ObjectMeta::default()
+            },
+            ..ControllerRevision::default()
+        };
+        assert!(owned_by(&cr(vec![owner("u2", true)]), Some("u2")));
+        assert!(!owned_by(&cr(vec![owner("u1", true)]), Some("u2")));
+        assert!(!owned_by(&cr(vec![owner("u2", false)]), Some("u2")));
+        assert!(!owned_by(&cr(Vec::new()), Some("u2")));
+        assert!(!owned_by(&cr(vec![owner("u2", true)]), None));
     }
 }
