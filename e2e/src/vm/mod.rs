@@ -44,6 +44,15 @@ const QEMU: &str = "qemu-system-x86_64";
 const EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long the guest gets to stop its agent and power off before qemu is killed.
 const POWER_OFF_GRACE: Duration = Duration::from_secs(15);
+/// How long listing the guest's processes may take.
+const PROCESSES_TIMEOUT: Duration = Duration::from_secs(20);
+/// Busybox script: pid, state, command line and (unless R or S) the kernel stack of every process.
+const GUEST_PROCESSES: &str = r#"for d in /proc/[0-9]*; do
+    st=$(sed -n 's/^State:[[:space:]]*//p' $d/status 2>/dev/null)
+    echo "${d#/proc/} $st $(tr '\0' ' ' < $d/cmdline 2>/dev/null | cut -c1-160)"
+    case $st in R*|S*) ;; *) sed 's/^/    /' $d/stack 2>/dev/null ;; esac
+done
+"#;
 
 /// How the agent is started inside the guest.
 #[derive(Clone, Debug)]
@@ -238,12 +247,26 @@ impl Vm {
             .run(script, Shell::HostTools, timeout)
             .unwrap_or_else(|e| {
                 panic!(
-                    "running {script:?} in VM node {}: {e}\nconsole ({}):\n{}",
+                    "running {script:?} in VM node {}: {e}\nconsole ({}):\n{}\n{}",
                     self.node,
                     self.console_log.display(),
-                    tail(&self.console_log, 30)
+                    tail(&self.console_log, 30),
+                    self.processes()
                 )
             })
+    }
+
+    /// The guest's processes with their state and, for those not running or sleeping
+    /// interruptibly, their kernel stack; read by the initramfs' busybox, outside the chroot, so
+    /// that it answers when the chroot's commands hang.
+    fn processes(&self) -> String {
+        match self
+            .channel
+            .run(GUEST_PROCESSES, Shell::Busybox, PROCESSES_TIMEOUT)
+        {
+            Ok(out) => format!("the guest's processes:\n{}{}", out.stdout, out.stderr),
+            Err(e) => format!("the guest's processes could not be listed: {e}"),
+        }
     }
 
     /// [`Vm::exec`], returning standard output; panics with standard error unless it exits 0.
