@@ -97,7 +97,7 @@ while :; do
     # 120 s twice in about 15 runs, each time right after the agent (the only other user of
     # that device) was killed; if a completion's interrupt was lost, the next request's brings
     # it in. The cause is not established, but with this line vm_node's guest commands stopped
-    # waiting: the test went from 246-304 s to 137-160 s. It costs one getattr every 200 ms.
+    # waiting: the test went from 212-325 s to 137-160 s. It costs one getattr every 200 ms.
     stat /host >/dev/null
     sleep 0.2
 done
