@@ -164,6 +164,17 @@ fn snapshot(vm: &Vm) -> String {
     ))
 }
 
+/// Waits (bounded) until the guest matches `before`, then [`assert_guest_unchanged`]. The agent
+/// may still be in a second attempt of a failed revision when the node has reported the
+/// rollback (seen once in CI: the attempt failed the same way and restored what it wrote).
+fn await_guest_unchanged(vm: &Vm, before: &str, what: &str) {
+    let deadline = std::time::Instant::now() + CONVERGE;
+    while snapshot(vm) != before && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert_guest_unchanged(vm, before, what);
+}
+
 /// Panics with `what`, the snapshot lines that differ and the guest kernel's last messages when
 /// the guest no longer matches `before` (whole snapshots are too long to read in a failure).
 fn assert_guest_unchanged(vm: &Vm, before: &str, what: &str) {
@@ -422,7 +433,7 @@ fn step_hugepages(lab: &Lab, vm: &Vm) {
     // The rollback withdraws the revision from the node; once the node has settled on that,
     // the guest is as it was.
     await_reverted(lab);
-    assert_guest_unchanged(vm, &before, "a failed revision left changes behind");
+    await_guest_unchanged(vm, &before, "a failed revision left changes behind");
     delete_and_await_revert(lab);
 }
 
@@ -455,7 +466,7 @@ fn step_nic_irq_rps_xps(lab: &Lab, vm: &Vm) {
             "only the ring sizes may fail on virtio-net: {status:#}"
         );
         eprintln!("virtio-net refused the ring size: {}", ring["message"]);
-        assert_guest_unchanged(vm, &before, "a failed revision left changes behind");
+        await_guest_unchanged(vm, &before, "a failed revision left changes behind");
         // Without the rings, the rest applies.
         apply(
             lab,

@@ -96,8 +96,8 @@ while :; do
     # One request to the host root's 9p device per turn. A chroot command stalled for over
     # 120 s twice in about 15 runs, each time right after the agent (the only other user of
     # that device) was killed; if a completion's interrupt was lost, the next request's brings
-    # it in. The cause is not established, but with this line vm_node's guest commands stopped
-    # waiting: the test went from 212-325 s to 137-160 s. It costs one getattr every 200 ms.
+    # it in. The cause is not established (vm_node took 212-325 s before this line and 137-291 s
+    # after: no clear difference). It costs one getattr every 200 ms.
     stat /host >/dev/null
     sleep 0.2
 done
