@@ -1156,6 +1156,27 @@ impl Lab {
         }
     }
 
+    /// [`Lab::wait_for`] on VM node `node`, with `budget` counted in the guest's progress
+    /// ([`vm::Vm::wait_for`]) rather than in wall time; panics with the lab's diagnostics and the
+    /// guest's state.
+    pub fn wait_for_guest<T>(
+        &self,
+        node: &str,
+        what: &str,
+        budget: Duration,
+        check: impl FnMut() -> Option<T>,
+    ) -> T {
+        let vm = self.vm(node);
+        vm.wait_for(budget, check).unwrap_or_else(|why| {
+            self.diagnosed.store(true, Ordering::Relaxed);
+            panic!(
+                "waiting for {what} (a budget of {budget:?} of {node}'s progress): {why}\n{}\n{}",
+                self.diagnostics(),
+                vm.guest_state()
+            )
+        })
+    }
+
     /// [`Lab::wait_for`] for async checks (e.g. with a kube client).
     pub async fn wait_for_async<T, F, Fut>(&self, what: &str, timeout: Duration, mut check: F) -> T
     where

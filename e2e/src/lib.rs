@@ -72,6 +72,15 @@ pub enum Error {
         /// How long.
         timeout: Duration,
     },
+    /// A VM guest did not get something done within its budget of progress, or stopped
+    /// answering (see `vm::progress`).
+    #[error("{what}: {why}")]
+    Guest {
+        /// What the guest was asked.
+        what: String,
+        /// How the wait ended.
+        why: vm::Exhausted,
+    },
     /// Building a Kubernetes client from the lab's kubeconfig failed.
     #[error("kube client: {0}")]
     Kube(String),

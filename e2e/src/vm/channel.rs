@@ -6,12 +6,14 @@
 //! off). The guest's runner (`/etc/hoststack-runner`, see [`super::initramfs`]) polls the
 //! directory every 200 ms, renames the request to `<n>.run`, runs it in the background and
 //! leaves `<n>.out`, `<n>.err` and, last, `<n>.rc` (the exit status). Requests run
-//! concurrently, so a long one (testpmd) never blocks the others.
+//! concurrently, so a long one (testpmd) never blocks the others. The host waits for a request
+//! as long as its budget of the guest's progress lasts (see [`super::progress`]).
 
+use super::progress::Heartbeat;
 use crate::{Error, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where a request runs in the guest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,16 +46,19 @@ impl GuestOutput {
 #[derive(Debug)]
 pub(crate) struct Channel {
     dir: PathBuf,
+    heartbeat: Heartbeat,
     next: AtomicU64,
 }
 
 impl Channel {
-    /// The channel in `dir` (the share's `cmd/`), which it creates.
-    pub fn create(dir: PathBuf) -> Result<Channel> {
+    /// The channel in `dir` (the share's `cmd/`), which it creates; the guest's heartbeat is
+    /// beside it.
+    pub fn create(dir: PathBuf, heartbeat: Heartbeat) -> Result<Channel> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         Ok(Channel {
             dir,
+            heartbeat,
             next: AtomicU64::new(1),
         })
     }
@@ -74,16 +79,19 @@ impl Channel {
         Ok(n)
     }
 
-    /// Runs `script` and waits up to `timeout` for it to finish.
-    pub fn run(&self, script: &str, shell: Shell, timeout: Duration) -> Result<GuestOutput> {
+    /// Runs `script` and waits for it to finish while `budget`'s worth of the guest's progress
+    /// lasts.
+    pub fn run(&self, script: &str, shell: Shell, budget: Duration) -> Result<GuestOutput> {
         let n = self.submit(script, shell)?;
         let rc = self.dir.join(format!("{n}.rc"));
-        let deadline = Instant::now() + timeout;
+        let mut progress = self.heartbeat.budget(budget);
         while !rc.exists() {
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("the guest to run {script:?} (request {n})"),
-                    timeout,
+            if let Err(why) = progress.check() {
+                return Err(Error::Guest {
+                    what: format!(
+                        "the guest did not finish {script:?} (request {n}, budget {budget:?})"
+                    ),
+                    why,
                 });
             }
             std::thread::sleep(Duration::from_millis(100));

@@ -14,15 +14,19 @@
 mod channel;
 mod initramfs;
 mod kernel;
+mod progress;
 mod qemu;
 mod wiring;
 
 pub use channel::GuestOutput;
+pub use progress::{Exhausted, SILENCE, WALL_CLOCK_CAP};
 pub use qemu::{DATA_PCI, MGMT_PCI};
 
 use crate::process::{tail, Managed};
 use crate::{Error, Result};
 use channel::{Channel, Shell};
+use progress::Heartbeat;
+use std::io::{Read, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -40,8 +44,9 @@ pub const GUEST_BPFFS_ROOT: &str = "/sys/fs/bpf/hoststack";
 const AGENT_PID: &str = "/run/hoststack/agent.pid";
 /// The emulator.
 const QEMU: &str = "qemu-system-x86_64";
-/// How long a guest command may take by default (TCG is slow).
-const EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+/// How much of the guest's progress a guest command may take by default (TCG is slow; see
+/// [`progress`]).
+const EXEC_BUDGET: Duration = Duration::from_secs(120);
 /// How long the guest gets to stop its agent and power off before qemu is killed.
 const POWER_OFF_GRACE: Duration = Duration::from_secs(15);
 /// How long listing the guest's processes may take.
@@ -90,6 +95,8 @@ pub struct Vm {
     netns: String,
     share: PathBuf,
     console_log: PathBuf,
+    monitor: PathBuf,
+    heartbeat: Heartbeat,
     kernel_release: String,
     qemu_args: Vec<String>,
     channel: Channel,
@@ -106,7 +113,9 @@ impl Vm {
         let kernel = kernel::ensure()?;
         let node_dir = place.lab_dir.join("nodes").join(place.node);
         let share = node_dir.join("vm");
-        let channel = Channel::create(share.join("cmd"))?;
+        let heartbeat = Heartbeat::in_share(&share);
+        let channel = Channel::create(share.join("cmd"), heartbeat.clone())?;
+        let monitor = node_dir.join("monitor.sock");
         let initramfs = node_dir.join("initramfs.cpio");
         initramfs::build(&kernel, &initramfs)?;
         let console_log = place
@@ -124,6 +133,7 @@ impl Vm {
             kernel: kernel.image.clone(),
             initramfs,
             console_log: console_log.clone(),
+            monitor: monitor.clone(),
             share: share.clone(),
             mgmt_mac: mac(0x12),
             data_mac: mac(0x13),
@@ -149,6 +159,8 @@ impl Vm {
             netns: place.netns.to_string(),
             share,
             console_log,
+            monitor,
+            heartbeat,
             kernel_release: kernel.release,
             qemu_args: qemu::args(&spec),
             channel,
@@ -236,24 +248,91 @@ impl Vm {
     // ---- What tests use ----------------------------------------------------------------
 
     /// Runs `script` with the host's /bin/sh in the guest's chroot of the host root (the
-    /// host's tools on the guest's kernel); panics when the channel fails or after 120 s.
+    /// host's tools on the guest's kernel); panics when the channel fails, when the guest stops
+    /// answering, or after 120 s of the guest's progress ([`progress`]).
     pub fn exec(&self, script: &str) -> GuestOutput {
-        self.exec_with_timeout(script, EXEC_TIMEOUT)
+        self.exec_with_budget(script, EXEC_BUDGET)
     }
 
-    /// [`Vm::exec`] with another timeout (e.g. for dpdk-testpmd).
-    pub fn exec_with_timeout(&self, script: &str, timeout: Duration) -> GuestOutput {
+    /// [`Vm::exec`] with another budget (e.g. for dpdk-testpmd).
+    pub fn exec_with_budget(&self, script: &str, budget: Duration) -> GuestOutput {
         self.channel
-            .run(script, Shell::HostTools, timeout)
+            .run(script, Shell::HostTools, budget)
             .unwrap_or_else(|e| {
                 panic!(
-                    "running {script:?} in VM node {}: {e}\nconsole ({}):\n{}\n{}",
+                    "running {script:?} in VM node {}: {e}\n{}",
                     self.node,
-                    self.console_log.display(),
-                    tail(&self.console_log, 30),
-                    self.processes()
+                    self.diagnostics()
                 )
             })
+    }
+
+    /// Polls `check` every 250 ms until it returns `Some`, for as long as `budget`'s worth of the
+    /// guest's progress lasts ([`progress`]): a guest slowed down by a busy host gets more wall
+    /// time, and one that stops answering ends the wait at once.
+    pub fn wait_for<T>(
+        &self,
+        budget: Duration,
+        mut check: impl FnMut() -> Option<T>,
+    ) -> std::result::Result<T, Exhausted> {
+        let mut progress = self.heartbeat.budget(budget);
+        loop {
+            if let Some(value) = check() {
+                return Ok(value);
+            }
+            progress.check()?;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// What to look at when the guest fails a test: the console's tail and [`Vm::guest_state`].
+    pub fn diagnostics(&self) -> String {
+        format!(
+            "console ({}):\n{}\n{}",
+            self.console_log.display(),
+            tail(&self.console_log, 30),
+            self.guest_state()
+        )
+    }
+
+    /// qemu's translation statistics (`info jit`: a translation cache that fills, or blocks
+    /// invalidated by the hundred thousand, slow the guest down) and the guest's processes.
+    pub fn guest_state(&self) -> String {
+        format!(
+            "qemu's translated code (info jit):\n{}\n{}",
+            self.monitor_command("info jit")
+                .unwrap_or_else(|e| format!("(the monitor did not answer: {e})")),
+            self.processes()
+        )
+    }
+
+    /// Runs one command of qemu's human monitor (its unix socket) and returns what it printed.
+    fn monitor_command(&self, command: &str) -> std::io::Result<String> {
+        let mut socket = std::os::unix::net::UnixStream::connect(&self.monitor)?;
+        socket.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let read_prompt = |socket: &mut std::os::unix::net::UnixStream| {
+            let mut text = Vec::new();
+            let mut byte = [0u8; 1024];
+            while !text.ends_with(b"(qemu) ") {
+                let n = socket.read(&mut byte)?;
+                if n == 0 {
+                    break;
+                }
+                text.extend_from_slice(&byte[..n]);
+            }
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&text).into_owned())
+        };
+        read_prompt(&mut socket)?;
+        socket.write_all(format!("{command}\n").as_bytes())?;
+        let answer = read_prompt(&mut socket)?;
+        // The monitor echoes the command line with terminal escapes; the answer follows it.
+        Ok(answer
+            .lines()
+            .skip(1)
+            .filter(|l| !l.starts_with("(qemu)"))
+            .map(|l| l.trim_end_matches('\r'))
+            .collect::<Vec<_>>()
+            .join("\n"))
     }
 
     /// The guest's processes with their state and, for those not running or sleeping

@@ -2,7 +2,8 @@
 //!
 //! q35 under TCG (KVM hangs at boot on this machine), an Intel IOMMU with interrupt remapping
 //! and device IOTLB (created before the devices behind it), 2 vCPUs and 2 GiB split over 2 NUMA
-//! nodes, the serial console to a file, and:
+//! nodes, the serial console to a file, the human monitor on a unix socket (read by the lab's
+//! diagnostics: `info jit`), and:
 //! - `00:02.0` the management NIC (virtio-net, tap `tapm`);
 //! - `00:03.0` the data NIC: modern-only virtio-net with `iommu_platform=on,ats=on` (without
 //!   iommu_platform the device bypasses the IOMMU and DPDK hangs at "Configuring Port 0"),
@@ -37,13 +38,21 @@ pub(crate) struct QemuSpec {
     pub kernel: PathBuf,
     pub initramfs: PathBuf,
     pub console_log: PathBuf,
+    pub monitor: PathBuf,
     pub share: PathBuf,
     pub mgmt_mac: String,
     pub data_mac: String,
 }
 
-/// The kernel command line.
-pub(crate) const APPEND: &str = "console=ttyS0 intel_iommu=on panic=-1 loglevel=5";
+/// The kernel command line. `norandmaps` turns address-space randomization off in the guest:
+/// TCG keys its translated code by physical page *and* virtual address, so a shared library
+/// mapped at a new random address by every process gets translated anew each time (about 2,250
+/// blocks per `chroot /host /bin/true`, against 20 without randomization). The blocks pile up on
+/// the pages of libraries that stay cached (libc, while the agent runs), and when such a page is
+/// freed and zeroed, qemu 7.2 removes each of its blocks from a linked list it walks from the
+/// head: the guest's `rep stosb` then cleared 28 bytes per second and the vCPU soft-locked for
+/// 43 s (docs/vm-node.md, "Why guest commands stalled").
+pub(crate) const APPEND: &str = "console=ttyS0 intel_iommu=on panic=-1 loglevel=5 norandmaps";
 
 /// The arguments of `qemu-system-x86_64` (without the program).
 pub(crate) fn args(spec: &QemuSpec) -> Vec<String> {
@@ -89,6 +98,8 @@ pub(crate) fn args(spec: &QemuSpec) -> Vec<String> {
         APPEND.into(),
         "-serial".into(),
         format!("file:{}", spec.console_log.display()),
+        "-monitor".into(),
+        format!("unix:{},server=on,wait=off", spec.monitor.display()),
         "-netdev".into(),
         format!("tap,id=mgmt,ifname={MGMT_TAP},script=no,downscript=no"),
         "-device".into(),
@@ -123,6 +134,7 @@ mod tests {
             kernel: "/k".into(),
             initramfs: "/i".into(),
             console_log: "/c".into(),
+            monitor: "/m".into(),
             share: "/s".into(),
             mgmt_mac: "52:54:00:12:01:00".into(),
             data_mac: "52:54:00:13:01:00".into(),
