@@ -8,7 +8,8 @@
 //! echo service with kernel TCP, byte-exact; then the tuning is deleted and the agent stops
 //! the runner and gives the NIC back to virtio-pci.
 //!
-//! Before that, with the data NIC still on virtio_net (qemu `rss=on`), the steering proof:
+//! A second test, on a VM node of its own with the data NIC on virtio_net (qemu `rss=on`),
+//! is the steering proof:
 //! a non-default RSS key (`ethtool -X eth1 hkey ...` in the guest; the channels stay at the
 //! boot count, see docs/vm-node.md); TCP SYNs from the client namespace with chosen source
 //! ports land on the rx queue the stack's `RssTable::queue` predicts from the key and table
@@ -19,7 +20,7 @@
 //! the NodeTuning status.
 //!
 //! A correctness proof under TCG emulation, not a speed figure: the counts are small and
-//! every wait is bounded. The DPDK-featured runner is built by this test into
+//! every wait is bounded by a budget of the guest's progress (`Vm::wait_for`). The DPDK-featured runner is built by this test into
 //! `<target>/dpdk/` (`cargo build -p userstack --features dpdk --bin hoststack-userstack
 //! --target-dir <target>/dpdk`), so the workspace's default build needs no DPDK;
 //! `HOSTSTACK_DPDK_RUNNER` names a runner built elsewhere instead.
@@ -160,27 +161,27 @@ fn runner_diagnostics(vm: &Vm) -> String {
     )
 }
 
-/// Waits up to [`CONVERGE`] for `check` on the status; panics with the runner's log.
+/// Waits for `check` on the status while [`CONVERGE`]'s worth of the guest's progress lasts;
+/// panics with the runner's log and the guest's state.
 fn await_status(
     lab: &Lab,
     vm: &Vm,
     what: &str,
     check: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + CONVERGE;
-    loop {
-        let s = status(lab);
-        if check(&s) {
-            return s;
-        }
-        if Instant::now() >= deadline {
-            panic!(
-                "{what}: not within {CONVERGE:?}; status {s:#}\n{}",
-                runner_diagnostics(vm)
-            );
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    let mut last = serde_json::Value::Null;
+    vm.wait_for(CONVERGE, || {
+        last = status(lab);
+        check(&last).then(|| last.clone())
+    })
+    .unwrap_or_else(|why| {
+        panic!(
+            "{what}: not within a budget of {CONVERGE:?} of the guest's progress ({why}); \
+             status {last:#}\n{}\n{}",
+            runner_diagnostics(vm),
+            vm.guest_state()
+        )
+    })
 }
 
 /// Sends `payload` to the echo service from namespace `ns` and reads as many bytes back.
@@ -474,9 +475,8 @@ fn step_rss_steering(lab: &Lab, vm: &Vm, client: &ClientNs, k: u8, mac: &str) {
     ]);
 }
 
-#[test]
-fn vm_node_steers_like_its_nic_and_serves_from_the_userstack_on_dpdk() {
-    let runner = dpdk_runner();
+/// A lab whose only node is the VM node (pool=vm-dpdk), its agent starting `runner`.
+fn vm_lab(runner: &std::path::Path) -> Lab {
     let mut config = LabConfig::with_nodes(0);
     config
         .nodes
@@ -489,17 +489,40 @@ fn vm_node_steers_like_its_nic_and_serves_from_the_userstack_on_dpdk() {
         vm.prepared_in(),
         vm.booted_in()
     );
+    assert_eq!(vm.pci_driver(DATA_PCI), "virtio-pci");
+    lab
+}
+
+/// The data NIC's MAC address.
+fn data_mac(vm: &Vm) -> String {
+    vm.run(&format!("cat /sys/class/net/{DATA_IF}/address"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn vm_node_steers_flows_like_its_nic() {
+    let lab = vm_lab(&dpdk_runner());
+    let vm = lab.vm(NODE);
     let k = lab.index();
     let client = ClientNs::create(k);
-    let stack_ip = Ipv4Addr::new(198, 18, k, 250);
-    let mac = vm
-        .run(&format!("cat /sys/class/net/{DATA_IF}/address"))
-        .trim()
-        .to_string();
-    assert_eq!(vm.pci_driver(DATA_PCI), "virtio-pci");
+    let mac = data_mac(vm);
     let started = Instant::now();
     step_rss_steering(&lab, vm, &client, k, &mac);
     eprintln!("the RSS steering step took {:?}", started.elapsed());
+    drop(client);
+    lab.stop()
+        .expect("the lab stops cleanly (VM powered off, taps removed)");
+}
+
+#[test]
+fn vm_node_serves_from_the_userstack_on_dpdk() {
+    let lab = vm_lab(&dpdk_runner());
+    let vm = lab.vm(NODE);
+    let k = lab.index();
+    let client = ClientNs::create(k);
+    let stack_ip = Ipv4Addr::new(198, 18, k, 250);
+    let mac = data_mac(vm);
 
     let applied = Instant::now();
     let yaml = format!(
