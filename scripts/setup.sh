@@ -55,6 +55,14 @@ command -v cargo >/dev/null || {
   exit 1
 }
 
+# scripts/test gates on formatting and lints.
+for component in rustfmt clippy; do
+  if command -v rustup >/dev/null && ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+    log "adding the $component component"
+    rustup component add "$component" >&2
+  fi
+done
+
 CONTROL_PLANE_BIN=$(scripts/build-control-plane.sh)
 log "control plane binaries in $CONTROL_PLANE_BIN"
 
