@@ -4,7 +4,7 @@ use crate::binaries::{repo_root, Binaries};
 use crate::command::{self, cmd};
 use crate::config::{validate_node_name, LabConfig, NodeKind, NodeSpec};
 use crate::process::{tail, Managed, Signal, Spawner};
-use crate::{kubelet, network, pki, sweep, vm, Error, Result};
+use crate::{bpffs, kubelet, network, pki, sweep, vm, Error, Result};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -221,7 +221,7 @@ impl Lab {
         }
         // One bpffs for the lab, mounted before any agent starts so that every agent's mount
         // namespace (`ip netns exec` makes one per agent) shares it and pins outlive agents.
-        mount_bpffs(&bpffs_dir(&self.dir))?;
+        bpffs::mount(&self.dir)?;
 
         network::create_bridge(self.index)?;
         for (i, node) in self.nodes.iter().enumerate() {
@@ -726,12 +726,12 @@ impl Lab {
             }
         }
         // Anything else marked with this lab (e.g. a child of a killed agent).
-        let strays = sweep::kill_processes_of(&self.dir);
+        let strays = crate::process::kill_processes_of(&self.dir);
         if strays > 0 {
             errors.push(format!("killed {strays} stray lab processes"));
         }
         // Unmounting the lab's bpffs drops every pin, detaching the agents' XDP programs.
-        errors.extend(unmount_bpffs(&self.dir));
+        errors.extend(bpffs::unmount(&self.dir));
         errors.extend(network::remove(self.index));
         // No process of this lab runs any more: the spawner thread may go.
         self.spawner.take();
@@ -883,7 +883,7 @@ impl Lab {
     /// The agent's `--bpffs-root` for `node`: its directory on the lab's bpffs
     /// (`<lab dir>/bpffs/<node>`), where it pins its XDP programs, links and maps.
     pub fn agent_bpffs_root(&self, node: &str) -> PathBuf {
-        bpffs_dir(&self.dir).join(node)
+        bpffs::agent_root(&self.dir, node)
     }
 
     /// Whether `node` is a VM node.
@@ -1437,51 +1437,6 @@ fn free_port(ip: Ipv4Addr) -> Result<u16> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| Error::io("reading a local address", e))
-}
-
-/// The lab's bpffs mount point.
-fn bpffs_dir(lab_dir: &Path) -> PathBuf {
-    lab_dir.join("bpffs")
-}
-
-/// Mounts a bpffs (a new instance, private to the lab) at `dir`.
-fn mount_bpffs(dir: &Path) -> Result<()> {
-    mkdir(dir)?;
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|e| Error::Setup(format!("{}: {e}", dir.display())))?;
-    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            c"bpf".as_ptr(),
-            c.as_ptr(),
-            c"bpf".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"mode=0700".as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(Error::io(
-            format!("mounting a bpffs at {}", dir.display()),
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
-
-/// Unmounts the lab's bpffs under `lab_dir`, if mounted; the failure, if any.
-pub(crate) fn unmount_bpffs(lab_dir: &Path) -> Option<String> {
-    let dir = bpffs_dir(lab_dir);
-    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: `c` is a NUL-terminated string that outlives the call.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-        return None;
-    }
-    let e = std::io::Error::last_os_error();
-    // EINVAL: not a mount point; ENOENT: never made.
-    match e.raw_os_error() {
-        Some(libc::EINVAL) | Some(libc::ENOENT) => None,
-        _ => Some(format!("unmounting {}: {e}", dir.display())),
-    }
 }
 
 fn mkdir(path: &Path) -> Result<()> {

@@ -17,6 +17,7 @@
 //! ```
 
 mod binaries;
+mod bpffs;
 pub mod clients;
 mod command;
 mod config;

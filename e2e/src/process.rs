@@ -1,5 +1,6 @@
 //! The lab's long-running processes: spawned so that they die with the lab, logged to files,
-//! stopped with SIGTERM then SIGKILL.
+//! marked with the lab directory so that the lab's processes can be found by it, and stopped
+//! with SIGTERM then SIGKILL.
 
 use crate::Error;
 use std::fs::OpenOptions;
@@ -225,6 +226,51 @@ impl Managed {
         self.wait_timeout(Duration::from_secs(10))
             .ok_or_else(|| format!("{} (pid {}) survived SIGKILL", self.name, self.pid()))
     }
+}
+
+/// Processes (other than this one) whose environment marks them as lab `dir`'s.
+pub(crate) fn processes_of(dir: &Path) -> Vec<u32> {
+    let marker = format!("{LAB_DIR_ENV}={}", dir.display());
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|entry| entry == marker.as_bytes())
+            })
+        })
+        .collect()
+}
+
+/// SIGKILLs every process of lab `dir` and waits (up to 10 s) until they are gone. Returns
+/// how many there were.
+pub(crate) fn kill_processes_of(dir: &Path) -> usize {
+    let pids = processes_of(dir);
+    for &pid in &pids {
+        let _ = send_signal(pid, Signal::Kill);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&pid| running(pid)) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    pids.len()
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub(crate) fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | None)
 }
 
 /// Seconds since the epoch, for log markers.

@@ -7,11 +7,11 @@
 //! whose owner is gone is stale: its processes are found by that variable and killed, its
 //! namespaces and devices are found by name and deleted, and its directory is removed.
 
-use crate::network;
-use crate::process::{send_signal, Signal, LAB_DIR_ENV};
+use crate::process::kill_processes_of;
+use crate::{bpffs, network};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// What [`sweep`] did.
 #[derive(Debug, Default)]
@@ -107,7 +107,7 @@ pub(crate) fn allocate() -> Result<(u8, PathBuf, Vec<String>)> {
 fn sweep_lab(k: u8, dir: &Path, report: &mut SweepReport) {
     report.killed += kill_processes_of(dir);
     report.errors.extend(crate::kubelet::sweep(k, dir));
-    report.errors.extend(crate::lab::unmount_bpffs(dir));
+    report.errors.extend(bpffs::unmount(dir));
     report.errors.extend(network::remove(k));
     match std::fs::remove_dir_all(dir) {
         Ok(()) => report.removed.push(dir.to_path_buf()),
@@ -175,54 +175,10 @@ pub(crate) fn start_time(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Processes (other than this one) whose environment marks them as lab `dir`'s.
-pub(crate) fn processes_of(dir: &Path) -> Vec<u32> {
-    let marker = format!("{LAB_DIR_ENV}={}", dir.display());
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|&b| b == 0)
-                    .any(|entry| entry == marker.as_bytes())
-            })
-        })
-        .collect()
-}
-
-/// SIGKILLs every process of lab `dir` and waits (up to 10 s) until they are gone. Returns
-/// how many there were.
-pub(crate) fn kill_processes_of(dir: &Path) -> usize {
-    let pids = processes_of(dir);
-    for &pid in &pids {
-        let _ = send_signal(pid, Signal::Kill);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|&pid| running(pid)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    pids.len()
-}
-
-/// Whether `pid` exists and is not a zombie.
-pub(crate) fn running(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next());
-    !matches!(state, Some("Z") | Some("X") | None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::running;
 
     #[test]
     fn this_process_is_alive_and_has_a_start_time() {

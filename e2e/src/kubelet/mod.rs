@@ -498,7 +498,7 @@ fn build_images(repo: &Path, binaries: &Path, out: &Path) -> Result<Vec<PathBuf>
 
 /// containerd's shims outlive containerd by design; they carry the lab's marker.
 fn kill_shims(lab_dir: &Path) {
-    for pid in crate::sweep::processes_of(lab_dir) {
+    for pid in crate::process::processes_of(lab_dir) {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if comm.trim().starts_with("containerd-shim") {
             let _ = crate::process::send_signal(pid, crate::Signal::Kill);
