@@ -111,7 +111,7 @@ impl LabConfig {
         for node in &mut config.nodes {
             node.kind = NodeKind::Kubelet;
         }
-        config.agent_image = crate::kubelet::LAB_IMAGE.to_string();
+        config.agent_image = crate::lab::kubelet::LAB_IMAGE.to_string();
         config
     }
 

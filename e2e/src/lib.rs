@@ -16,27 +16,21 @@
 //! // Dropping the lab (also on panic) stops every process and removes every namespace.
 //! ```
 
-mod binaries;
-mod bpffs;
 pub mod clients;
 mod command;
 mod config;
-mod kubelet;
 mod lab;
-mod network;
 mod pki;
 mod process;
 pub mod prometheus;
-mod sweep;
 pub mod traffic;
 pub mod vm;
 
-pub use binaries::control_plane_dir;
 pub use config::{LabConfig, NodeKind, NodeSpec};
-pub use kubelet::LAB_IMAGE;
-pub use lab::{Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};
+pub use lab::kubelet::LAB_IMAGE;
+pub use lab::sweep::{sweep, SweepReport};
+pub use lab::{control_plane_dir, Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};
 pub use process::Signal;
-pub use sweep::{sweep, SweepReport};
 
 use std::time::Duration;
 

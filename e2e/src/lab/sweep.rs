@@ -7,8 +7,8 @@
 //! whose owner is gone is stale: its processes are found by that variable and killed, its
 //! namespaces and devices are found by name and deleted, and its directory is removed.
 
+use super::{bpffs, kubelet, network};
 use crate::process::kill_processes_of;
-use crate::{bpffs, network};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -106,7 +106,7 @@ pub(crate) fn allocate() -> Result<(u8, PathBuf, Vec<String>)> {
 /// Kills lab k's processes, deletes its network and removes its directory.
 fn sweep_lab(k: u8, dir: &Path, report: &mut SweepReport) {
     report.killed += kill_processes_of(dir);
-    report.errors.extend(crate::kubelet::sweep(k, dir));
+    report.errors.extend(kubelet::sweep(k, dir));
     report.errors.extend(bpffs::unmount(dir));
     report.errors.extend(network::remove(k));
     match std::fs::remove_dir_all(dir) {

@@ -1,10 +1,18 @@
 //! [`Lab`]: start, drive and tear down one local lab.
 
-use crate::binaries::{repo_root, Binaries};
+mod binaries;
+mod bpffs;
+pub(crate) mod kubelet;
+mod network;
+pub(crate) mod sweep;
+
+pub use binaries::control_plane_dir;
+
 use crate::command::{self, cmd};
 use crate::config::{validate_node_name, LabConfig, NodeKind, NodeSpec};
 use crate::process::{tail, Managed, Signal, Spawner};
-use crate::{bpffs, kubelet, network, pki, sweep, vm, Error, Result};
+use crate::{pki, vm, Error, Result};
+use binaries::{repo_root, Binaries};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
