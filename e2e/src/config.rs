@@ -122,6 +122,47 @@ impl LabConfig {
         self.start_agents = false;
         self
     }
+
+    /// Whether the nodes are real (kubelet) nodes.
+    pub(crate) fn is_real_pool(&self) -> bool {
+        self.nodes.iter().any(|n| n.kind == NodeKind::Kubelet)
+    }
+
+    /// Checks that a lab can be built from this: at most 200 nodes with valid, distinct names;
+    /// either all of them real (kubelet) nodes, without lab-run operator and agents, or none.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut names = std::collections::BTreeSet::new();
+        for node in &self.nodes {
+            validate_node_name(&node.name)?;
+            if !names.insert(node.name.as_str()) {
+                return Err(format!("node {} is listed twice", node.name));
+            }
+            match node.kind {
+                NodeKind::Process | NodeKind::Vm => {}
+                NodeKind::Kubelet => {
+                    if self.start_operator || self.start_agents {
+                        return Err(format!(
+                            "node {}: real (kubelet) nodes get hoststack from `helm install`, \
+                             not from lab-run operator and agents (use LabConfig::real_pool)",
+                            node.name
+                        ));
+                    }
+                }
+            }
+        }
+        let kubelets = self
+            .nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::Kubelet)
+            .count();
+        if kubelets != 0 && kubelets != self.nodes.len() {
+            return Err("a lab's nodes are either all real (kubelet) nodes or none".into());
+        }
+        if self.nodes.len() > 200 {
+            return Err("at most 200 nodes".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for LabConfig {
@@ -141,7 +182,7 @@ fn node_name(i: usize) -> String {
 }
 
 /// Checks a node name: a DNS label short enough for our namespace names.
-pub(crate) fn validate_node_name(name: &str) -> Result<(), String> {
+fn validate_node_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 40
         && name
@@ -184,5 +225,24 @@ mod tests {
         assert!(validate_node_name("-a").is_err());
         assert!(validate_node_name("a/b").is_err());
         assert!(validate_node_name(&"a".repeat(41)).is_err());
+    }
+
+    #[test]
+    fn a_lab_is_all_real_nodes_without_lab_run_hoststack_or_none() {
+        assert_eq!(LabConfig::default().check(), Ok(()));
+        assert_eq!(LabConfig::real_pool(2).check(), Ok(()));
+        let mut twice = LabConfig::with_nodes(1);
+        twice.nodes.push(NodeSpec::process("node-a"));
+        assert_eq!(twice.check(), Err("node node-a is listed twice".into()));
+        let mut mixed = LabConfig::real_pool(2);
+        mixed.nodes.push(NodeSpec::process("node-x"));
+        assert!(mixed.check().unwrap_err().contains("all real"));
+        let mut with_operator = LabConfig::real_pool(1);
+        with_operator.start_operator = true;
+        assert!(with_operator.check().unwrap_err().contains("helm install"));
+        assert_eq!(
+            LabConfig::with_nodes(201).check(),
+            Err("at most 200 nodes".into())
+        );
     }
 }

@@ -20,7 +20,6 @@ pub mod clients;
 mod command;
 mod config;
 mod lab;
-mod pki;
 mod process;
 pub mod prometheus;
 pub mod traffic;

@@ -1,8 +1,8 @@
-//! The lab's long-running processes: spawned so that they die with the lab, logged to files,
-//! marked with the lab directory so that the lab's processes can be found by it, and stopped
-//! with SIGTERM then SIGKILL.
+//! The lab's long-running processes: spawned so that they die with the lab, logged to
+//! `<lab dir>/logs/<name>.log`, marked with the lab directory so that the lab's processes can be
+//! found by it, and stopped with SIGTERM then SIGKILL.
 
-use crate::Error;
+use crate::{Error, Result};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
@@ -68,12 +68,14 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 /// the processes die with the lab, or with the test process when it is killed, and never
 /// earlier (as they would if a short-lived worker thread forked them).
 pub(crate) struct Spawner {
+    lab_dir: PathBuf,
     requests: Option<mpsc::Sender<SpawnRequest>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Spawner {
-    pub fn new() -> io::Result<Spawner> {
+    /// Starts the thread that forks the processes of the lab in `lab_dir`.
+    pub fn new(lab_dir: &Path) -> Result<Spawner> {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
         let thread = thread::Builder::new()
             .name("hoststack-lab-spawner".into())
@@ -81,23 +83,43 @@ impl Spawner {
                 for (mut command, reply) in rx {
                     let _ = reply.send(command.spawn());
                 }
-            })?;
+            })
+            .map_err(|e| Error::io("starting the spawner thread", e))?;
         Ok(Spawner {
+            lab_dir: lab_dir.to_path_buf(),
             requests: Some(tx),
             thread: Some(thread),
         })
     }
 
-    /// Starts `program` with `args` and `env`, its output appended to `log`, in a process
-    /// group of its own (so a terminal's Ctrl-C reaches only the lab's owner, which then
-    /// tears down in order), marked with the lab directory.
+    /// Starts the lab process `name` (e.g. "agent node-a"): `program` with `args` and `env`
+    /// (plus `NO_COLOR=1`, and `RUST_LOG=info` unless set), its output appended to
+    /// `logs/<name>.log` (spaces as '-'), in a process group of its own (so a terminal's Ctrl-C
+    /// reaches only the lab's owner, which then tears down in order), marked with the lab
+    /// directory.
     pub fn spawn(
         &self,
         name: &str,
         program: &Path,
         args: &[String],
         env: &[(String, String)],
-        lab_dir: &Path,
+    ) -> Result<Managed> {
+        let log = log_path(&self.lab_dir, &name.replace(' ', "-"));
+        let mut env = env.to_vec();
+        env.push(env_var("NO_COLOR", "1"));
+        if std::env::var_os("RUST_LOG").is_none() {
+            env.push(env_var("RUST_LOG", "info"));
+        }
+        self.spawn_logged(name, program, args, &env, log)
+            .map_err(|e| Error::io(format!("starting {name} ({})", program.display()), e))
+    }
+
+    fn spawn_logged(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
         log: PathBuf,
     ) -> io::Result<Managed> {
         let mut file = OpenOptions::new().create(true).append(true).open(&log)?;
@@ -112,7 +134,7 @@ impl Spawner {
         command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .env(LAB_DIR_ENV, lab_dir)
+            .env(LAB_DIR_ENV, &self.lab_dir)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -147,14 +169,20 @@ impl Spawner {
             log,
         })
     }
-}
 
-impl Drop for Spawner {
-    fn drop(&mut self) {
+    /// Ends the thread (once no process of the lab runs any more: its exit kills whatever it
+    /// forked); spawning afterwards panics.
+    pub fn stop(&mut self) {
         self.requests.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -168,6 +196,7 @@ pub(crate) struct Managed {
 }
 
 impl Managed {
+    /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -175,6 +204,15 @@ impl Managed {
     /// Its exit status if it has exited.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
+    }
+
+    /// Its name, pid and exit status, for listings.
+    pub fn state(&mut self) -> ProcessState {
+        ProcessState {
+            name: self.name.clone(),
+            pid: self.pid(),
+            exited: self.exited(),
+        }
     }
 
     /// The error for a wait on `what` that this process ended by exiting, with its log's tail;
@@ -226,6 +264,34 @@ impl Managed {
         self.wait_timeout(Duration::from_secs(10))
             .ok_or_else(|| format!("{} (pid {}) survived SIGKILL", self.name, self.pid()))
     }
+}
+
+/// A lab process as seen at one moment: what [`crate::Lab::processes`] and the diagnostics list.
+pub(crate) struct ProcessState {
+    /// Its name (see [`Managed::name`]).
+    pub name: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its exit status once it has exited.
+    pub exited: Option<ExitStatus>,
+}
+
+/// The log file of lab process `process` ("etcd", "operator", "agent-node-a", "lab", ...).
+pub(crate) fn log_path(lab_dir: &Path, process: &str) -> PathBuf {
+    lab_dir.join("logs").join(format!("{process}.log"))
+}
+
+/// Owned copies of `items`, for argument lists.
+pub(crate) fn args(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// An environment entry `key=value`.
+pub(crate) fn env_var(key: &str, value: impl AsRef<std::ffi::OsStr>) -> (String, String) {
+    (
+        key.to_string(),
+        value.as_ref().to_string_lossy().into_owned(),
+    )
 }
 
 /// Processes (other than this one) whose environment marks them as lab `dir`'s.

@@ -3,11 +3,12 @@
 //!
 //! Every name carries the lab index k, so labs never share a device, a namespace or a subnet,
 //! and a dead lab's leftovers are found by name: bridge `hs<k>br`, root-side veths
-//! `hs<k>n<i>`, namespaces `hs<k>-<node>`.
+//! `hs<k>n<i>`, namespaces `hs<k>-<node>`. The lab also has a loopback address of its own,
+//! 127.18.k.1, where it finds free ports for the processes in the root namespace.
 
 use crate::command::{cmd, output, run};
-use crate::Result;
-use std::net::Ipv4Addr;
+use crate::{Error, Result};
+use std::net::{Ipv4Addr, TcpListener};
 
 /// Lab indices in use: the lab's subnet is 198.18.k.0/24. The rest of 198.18.0.0/15 is left
 /// for later parts of the lab (198.19.255.0/24 is the service range).
@@ -36,6 +37,16 @@ pub(crate) fn loopback_ip(k: u8) -> Ipv4Addr {
 
 pub(crate) fn node_ip(k: u8, i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, k, 10 + u8::try_from(i).expect("at most 240 nodes"))
+}
+
+/// A TCP port free on `ip` right now.
+pub(crate) fn free_port(ip: Ipv4Addr) -> Result<u16> {
+    let listener = TcpListener::bind((ip, 0))
+        .map_err(|e| Error::io(format!("finding a free port on {ip}"), e))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::io("reading a local address", e))
 }
 
 /// Whether anything on this host already uses lab index k: an address in 198.18.k.0/24, a

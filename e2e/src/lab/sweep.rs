@@ -60,7 +60,7 @@ pub fn sweep(all: bool) -> Result<SweepReport> {
 }
 
 /// The root under which lab directories are made.
-pub(crate) fn lab_root() -> PathBuf {
+fn lab_root() -> PathBuf {
     std::env::var_os("HOSTSTACK_LAB_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| std::env::temp_dir().join("hoststack-lab"))
@@ -101,6 +101,30 @@ pub(crate) fn allocate() -> Result<(u8, PathBuf, Vec<String>)> {
         "no free lab index in {}: run `hoststack-lab down`",
         root.display()
     )))
+}
+
+/// Removes the directory of lab k, whose processes, mounts and network are gone: or, with
+/// `HOSTSTACK_KEEP_LAB=1`, keeps it as `kept-lab-<k>-<time>` (which [`sweep`] removes later).
+/// The failure, if any.
+pub(crate) fn release(k: u8, dir: &Path) -> Option<String> {
+    let keep = std::env::var("HOSTSTACK_KEEP_LAB").is_ok_and(|v| v == "1");
+    if !keep {
+        return std::fs::remove_dir_all(dir)
+            .err()
+            .map(|e| format!("removing {}: {e}", dir.display()));
+    }
+    let kept = dir.with_file_name(format!("kept-lab-{k}-{}", crate::process::unix_time()));
+    match std::fs::rename(dir, &kept) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(kept.join("owner"));
+            eprintln!(
+                "hoststack-lab: kept the lab directory at {}",
+                kept.display()
+            );
+            None
+        }
+        Err(e) => Some(format!("keeping {}: {e}", dir.display())),
+    }
 }
 
 /// Kills lab k's processes, deletes its network and removes its directory.
@@ -168,7 +192,7 @@ fn owner_alive(dir: &Path) -> Option<bool> {
 }
 
 /// The start time of process `pid` (field 22 of /proc/pid/stat), if it exists.
-pub(crate) fn start_time(pid: u32) -> Option<u64> {
+fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may contain spaces.
     let after = &stat[stat.rfind(')')? + 1..];

@@ -19,10 +19,11 @@
 mod files;
 mod host;
 
+use super::control_plane::pki;
+use super::network::free_port;
 use crate::command::{cmd, output, run};
-use crate::pki;
-use crate::process::Managed;
-use crate::{Error, Result};
+use crate::process::{processes_of, send_signal, Managed, Spawner};
+use crate::{Error, Result, Signal};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,10 +39,6 @@ const GRACE: Duration = Duration::from_secs(5);
 
 /// File in the lab directory with the host sysctls as they were before the first kubelet.
 const SAVED_SYSCTLS: &str = "host-sysctls";
-
-/// Starts a lab process: name, program, arguments, environment.
-pub(crate) type Spawn<'a> =
-    &'a dyn Fn(&str, &Path, &[String], &[(String, String)]) -> Result<Managed>;
 
 /// One node to make real.
 pub(crate) struct NodeInput<'a> {
@@ -80,8 +77,8 @@ pub(crate) struct PoolInput<'a> {
     pub loopback: Ipv4Addr,
     /// The nodes.
     pub nodes: Vec<NodeInput<'a>>,
-    /// Starts a lab process.
-    pub spawn: Spawn<'a>,
+    /// Starts the lab's processes.
+    pub spawner: &'a Spawner,
 }
 
 /// The real nodes of one lab and the controllers they need; [`Pool::teardown`] removes it all.
@@ -185,7 +182,7 @@ impl Pool {
                 "-c".into(),
                 files::holder_script(&files),
             ];
-            let holder = (input.spawn)(
+            let holder = input.spawner.spawn(
                 &format!("holder {}", node.name),
                 Path::new("nsenter"),
                 &holder_args,
@@ -253,7 +250,7 @@ impl Pool {
                 input.control_plane_bin.display()
             );
             let env = [("PATH".to_string(), path)];
-            real.containerd = Some((input.spawn)(
+            real.containerd = Some(input.spawner.spawn(
                 &format!("containerd {}", node.name),
                 Path::new("nsenter"),
                 &args,
@@ -318,7 +315,7 @@ impl Pool {
                 format!("--hostname-override={}", node.name),
                 format!("--node-labels={labels}"),
             ]);
-            real.kubelet = Some((input.spawn)(
+            real.kubelet = Some(input.spawner.spawn(
                 &format!("kubelet {}", node.name),
                 Path::new("nsenter"),
                 &args,
@@ -367,7 +364,10 @@ impl Pool {
                     format!("--root-ca-file={}", input.pki_dir.join("ca.crt").display()),
                 ]);
             }
-            let process = (input.spawn)(name, &input.control_plane_bin.join(name), &args, &[])?;
+            let process =
+                input
+                    .spawner
+                    .spawn(name, &input.control_plane_bin.join(name), &args, &[])?;
             self.controllers.push(process);
         }
         Ok(())
@@ -397,7 +397,7 @@ impl Pool {
         let mut errors = Vec::new();
         let stop_all = |processes: Vec<&mut Managed>, errors: &mut Vec<String>| {
             for p in &processes {
-                let _ = crate::process::send_signal(p.pid(), crate::Signal::Term);
+                let _ = send_signal(p.pid(), Signal::Term);
             }
             let deadline = Instant::now() + GRACE;
             for p in processes {
@@ -476,6 +476,17 @@ pub(crate) fn sweep(index: u8, lab_dir: &Path) -> Vec<String> {
     errors
 }
 
+/// Writes `values-lab.yaml` in `lab_dir`: the chart's values for a real pool (the image every
+/// node imported, [`LAB_IMAGE`], never pulled) plus `extra` (YAML appended as is); its path.
+pub(crate) fn chart_values(lab_dir: &Path, extra: &str) -> PathBuf {
+    let (repository, tag) = LAB_IMAGE.rsplit_once(':').expect("the lab image has a tag");
+    let path = lab_dir.join("values-lab.yaml");
+    let values =
+        format!("image:\n  repository: {repository}\n  tag: {tag}\n  pullPolicy: Never\n{extra}");
+    std::fs::write(&path, values).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    path
+}
+
 /// The kubelet's cgroup root for `node` of lab k.
 fn cgroup_root(index: u8, node: &str) -> String {
     format!("/hoststack-lab{index}-{node}")
@@ -498,10 +509,10 @@ fn build_images(repo: &Path, binaries: &Path, out: &Path) -> Result<Vec<PathBuf>
 
 /// containerd's shims outlive containerd by design; they carry the lab's marker.
 fn kill_shims(lab_dir: &Path) {
-    for pid in crate::process::processes_of(lab_dir) {
+    for pid in processes_of(lab_dir) {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         if comm.trim().starts_with("containerd-shim") {
-            let _ = crate::process::send_signal(pid, crate::Signal::Kill);
+            let _ = send_signal(pid, Signal::Kill);
         }
     }
 }
@@ -556,15 +567,6 @@ fn which(program: &str) -> Result<PathBuf> {
             "{program} is missing: real nodes need it (scripts/setup.sh installs it)"
         ))
     })
-}
-
-fn free_port(ip: Ipv4Addr) -> Result<u16> {
-    let listener = std::net::TcpListener::bind((ip, 0))
-        .map_err(|e| Error::io(format!("finding a free port on {ip}"), e))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| Error::io("reading a local address", e))
 }
 
 fn mkdir(path: &Path) -> Result<()> {

@@ -1,0 +1,143 @@
+//! kubectl, helm and kube clients against the lab's API server. kubectl's discovery cache and
+//! helm's state live under the lab directory, so labs never share them. Commands run as the
+//! lab admin unless given another kubeconfig; the helpers meant for tests panic with the
+//! tool's message rather than return errors a test would unwrap.
+
+use crate::command::{self, cmd};
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The lab's kubectl and helm.
+pub(crate) struct Kubectl {
+    kubectl: PathBuf,
+    helm: PathBuf,
+    /// The admin kubeconfig, the default credentials.
+    admin: PathBuf,
+    /// kubectl's discovery cache (`KUBECACHEDIR`).
+    cache: PathBuf,
+    /// Where helm keeps its cache, configuration and data.
+    helm_home: PathBuf,
+}
+
+impl Kubectl {
+    /// The `kubectl` and `helm` binaries, for the lab in `lab_dir` (`kube-cache/`, `helm/`),
+    /// as the admin of kubeconfig `admin`.
+    pub fn new(kubectl: &Path, helm: &Path, lab_dir: &Path, admin: &Path) -> Kubectl {
+        Kubectl {
+            kubectl: kubectl.to_path_buf(),
+            helm: helm.to_path_buf(),
+            admin: admin.to_path_buf(),
+            cache: lab_dir.join("kube-cache"),
+            helm_home: lab_dir.join("helm"),
+        }
+    }
+
+    /// kubectl with `args` and the credentials of `kubeconfig`.
+    fn command(&self, kubeconfig: &Path, args: &[&str]) -> Command {
+        let mut kubectl = cmd(self.kubectl.to_str().expect("UTF-8 path"), args);
+        kubectl
+            .env("KUBECONFIG", kubeconfig)
+            .env("KUBECACHEDIR", &self.cache);
+        kubectl
+    }
+
+    /// Runs kubectl with the credentials of `kubeconfig` and `stdin` as its standard input.
+    pub fn output_as(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut kubectl = self.command(kubeconfig, args);
+        command::output(&mut kubectl, stdin.map(str::as_bytes))
+            .unwrap_or_else(|e| panic!("running kubectl: {e}"))
+    }
+
+    /// Runs kubectl as admin.
+    pub fn output(&self, args: &[&str]) -> Output {
+        self.output_as(&self.admin, args, None)
+    }
+
+    /// Runs kubectl as admin: its standard output, or an error when it fails.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String> {
+        let mut kubectl = self.command(&self.admin, args);
+        command::run(&mut kubectl, stdin.map(str::as_bytes))
+    }
+
+    /// `kubectl <args> -o json` as admin, parsed; panics with kubectl's message when it fails.
+    pub fn get_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.output(&all);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("kubectl prints JSON")
+    }
+
+    /// `kubectl apply -f -` of `yaml` as admin: `Ok(stdout)`, or `Err(stderr)`.
+    pub fn apply_yaml(&self, yaml: &str) -> std::result::Result<String, String> {
+        let out = self.output_as(&self.admin, &["apply", "-f", "-"], Some(yaml));
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Sets (`Some`) or removes (`None`) a label of a Node; panics when kubectl fails.
+    pub fn label_node(&self, node: &str, key: &str, value: Option<&str>) {
+        let label = match value {
+            Some(v) => format!("{key}={v}"),
+            None => format!("{key}-"),
+        };
+        self.run(&["label", "node", node, &label, "--overwrite"], None)
+            .unwrap_or_else(|e| panic!("labelling node {node}: {e}"));
+    }
+
+    /// A kube client with admin credentials. Needs a tokio runtime.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.admin)
+            .map_err(|e| Error::Kube(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| Error::Kube(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+    }
+
+    /// helm with `args` and its state under the lab directory.
+    fn helm_command(&self, args: &[&str]) -> Command {
+        let mut helm = cmd(self.helm.to_str().expect("UTF-8 path"), args);
+        helm.env("HELM_CACHE_HOME", self.helm_home.join("cache"))
+            .env("HELM_CONFIG_HOME", self.helm_home.join("config"))
+            .env("HELM_DATA_HOME", self.helm_home.join("data"));
+        helm
+    }
+
+    /// Runs helm as admin.
+    pub fn helm(&self, args: &[&str]) -> Output {
+        let mut helm = self.helm_command(args);
+        helm.env("KUBECONFIG", &self.admin);
+        command::output(&mut helm, None).unwrap_or_else(|e| panic!("running helm: {e}"))
+    }
+
+    /// `helm template` of `chart`'s ServiceAccounts, RBAC and per-node write guard (the
+    /// ValidatingAdmissionPolicy) into `namespace`.
+    pub fn render_chart_rbac(&self, chart: &Path, namespace: &str) -> Result<String> {
+        let chart = chart.to_str().expect("UTF-8 path");
+        let mut helm = self.helm_command(&[
+            "template",
+            "hoststack",
+            chart,
+            "--namespace",
+            namespace,
+            "--show-only",
+            "templates/serviceaccounts.yaml",
+            "--show-only",
+            "templates/rbac-operator.yaml",
+            "--show-only",
+            "templates/rbac-agent.yaml",
+            "--show-only",
+            "templates/node-write-guard.yaml",
+        ]);
+        command::run(&mut helm, None)
+    }
+}
