@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI};
 use hoststack_e2e::{Lab, LabConfig, NodeSpec};
-use userstack::runtime::toeplitz::{to_hex, RssTable, MICROSOFT_KEY};
+use userstack::rss::{to_hex, RssTable, MICROSOFT_KEY};
 
 const NODE: &str = "vm-dpdk";
 /// How long the guest's agent may take to apply a revision and start the stack (TCG).

@@ -35,8 +35,8 @@ use serde_json::Value;
 use userstack::device::af_xdp::XdpSocket;
 use userstack::device::xdp_redirect::{AttachMode, RedirectProgram, RedirectRules};
 use userstack::device::Device;
+use userstack::rss::{RssTable, MICROSOFT_KEY};
 use userstack::runtime::interface;
-use userstack::runtime::toeplitz::{RssTable, MICROSOFT_KEY};
 use userstack::stack::{Stack, StackConfig};
 use userstack::time::Instant;
 

@@ -2,7 +2,8 @@
 //! agent's dataplane supervisor writes: camelCase fields, enum values spelled as the
 //! hoststack CRDs serialise them (the contract's lower-camel spellings are accepted too).
 
-use super::toeplitz::{from_hex, RssTable, Steering, SteeringSource, MICROSOFT_KEY};
+use super::steering::{Steering, SteeringSource};
+use crate::rss::{from_hex, RssTable, MICROSOFT_KEY};
 use crate::tcp::{self, CongestionAlgorithm};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -371,7 +372,7 @@ mod tests {
             "\"drainTimeoutMs\"",
             &format!(
                 r#""rss": {{"key": "{}", "indirection": [0, 1, 2, 3]}}, "drainTimeoutMs""#,
-                super::super::toeplitz::to_hex(&key)
+                crate::rss::to_hex(&key)
             ),
         );
         let nic = Config::from_json(&text).unwrap().steering().unwrap();

@@ -1,17 +1,17 @@
 //! The runtime that puts stacks on real packets: one [`shard::Shard`] per dedicated core,
 //! each pinned with sched_setaffinity and serving one device queue, the [`services`] on
 //! their listeners, a graceful stop, and the [`stats`] the runner publishes. Flows reach
-//! their shard through the NIC's RSS ([`toeplitz`]): the runtime steers by the NIC's own key
+//! their shard through the NIC's RSS ([`crate::rss`]): the runtime steers by the NIC's own key
 //! and table when the config has them (`rss`, read by the agent), by the configured key
-//! otherwise ([`Runtime::steering`]); an active open picks a source port that hashes back to
-//! its own queue ([`toeplitz::RssTable::connect`]).
+//! otherwise ([`Runtime::steering`], [`steering`]); an active open picks a source port that
+//! hashes back to its own queue ([`crate::rss::RssTable::connect`]).
 
 pub mod config;
 pub mod interface;
 pub mod services;
 pub mod shard;
 pub mod stats;
-pub mod toeplitz;
+pub mod steering;
 
 pub use config::{Backend, Config, ServiceKind};
 
@@ -19,6 +19,7 @@ use crate::device::af_xdp::XdpSocket;
 use crate::device::tap::Tap;
 use crate::device::xdp_redirect::{RedirectProgram, RedirectRules};
 use crate::device::Device;
+use crate::rss::to_hex;
 use crate::stack::{Stack, StackConfig};
 use crate::tcp;
 use crate::time::Instant;
@@ -29,7 +30,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use toeplitz::Steering;
+use steering::Steering;
 
 /// Running shards and what keeps their traffic flowing (the XDP program).
 #[derive(Debug)]
@@ -176,7 +177,7 @@ impl Runtime {
                 let opened = crate::device::dpdk::open(config, &steering.table.key)?;
                 // The port hashes with the configured key (programmed by `open`) over its
                 // default round-robin table of `reta_size` entries.
-                steering.table = toeplitz::RssTable::spread_over(
+                steering.table = crate::rss::RssTable::spread_over(
                     &steering.table.key,
                     config.cores.len() as u32,
                     u32::from(opened.reta_size),
@@ -283,7 +284,7 @@ impl Runtime {
             services: self.services.clone(),
             steering: SteeringStats {
                 source: self.steering.source.as_str(),
-                key: toeplitz::to_hex(&self.steering.table.key),
+                key: to_hex(&self.steering.table.key),
                 indirection_size: self.steering.table.indirection.len(),
             },
             netstat: stats::netstat(&counters),
@@ -292,7 +293,7 @@ impl Runtime {
     }
 
     /// The RSS key and table the shards steer by: shard *i* serves queue *i*, and whatever
-    /// runs on it opens connections with [`toeplitz::RssTable::connect`] on that queue.
+    /// runs on it opens connections with [`crate::rss::RssTable::connect`] on that queue.
     pub fn steering(&self) -> &Steering {
         &self.steering
     }

@@ -55,7 +55,7 @@ pub struct StopStats {
     pub reset: u64,
 }
 
-/// What the shards steer by (see [`super::toeplitz::Steering`]).
+/// What the shards steer by (see [`super::steering::Steering`]).
 #[derive(Serialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct SteeringStats {

@@ -1,13 +1,13 @@
-//! The Toeplitz hash that NICs use for receive-side scaling (Microsoft's RSS specification,
+//! Receive-side scaling: the Toeplitz hash that NICs use (Microsoft's RSS specification,
 //! "Verifying the RSS Hash Calculation"): for every set bit of the input, the 32-bit window
 //! of the key starting at that bit is XORed into the result. The NIC then picks the queue
 //! from the hash's low bits through its indirection table ([`RssTable`]).
 //!
-//! A runtime steers by a [`Steering`]: the NIC's own key and table (the agent reads them
-//! through ethtool netlink and passes them in the config's `rss`), or else a configured key
-//! ([`MICROSOFT_KEY`]) spread over the shards, which the DPDK backend programs into the
-//! device. Connections a shard opens take a source port that hashes back to the shard's own
-//! queue ([`RssTable::connect`]).
+//! Pure and OS-free, so that whoever must predict a NIC's queue choice (a runtime steering
+//! flows to its shards, a test checking a real NIC) takes it from here. Connections a stack
+//! opens on one queue take a source port that hashes back to that queue
+//! ([`RssTable::connect`]). Keys are written as hex without separators ([`to_hex`],
+//! [`from_hex`]).
 
 use crate::stack::{Error, SocketHandle, Stack};
 use std::net::SocketAddrV4;
@@ -126,35 +126,6 @@ impl RssTable {
         let tcp = stack.config().tcp;
         stack.connect_from(port, remote, tcp)
     }
-}
-
-/// Where a runtime's RSS key and table come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SteeringSource {
-    /// Read from the NIC (ethtool netlink, by the agent).
-    Nic,
-    /// The configured key spread over the shards (the NIC has no RSS to read, or the
-    /// backend programs the key itself).
-    Configured,
-}
-
-impl SteeringSource {
-    /// The spelling in the stats file.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SteeringSource::Nic => "nic",
-            SteeringSource::Configured => "configured",
-        }
-    }
-}
-
-/// The table a runtime steers by, and where it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Steering {
-    /// Where it came from.
-    pub source: SteeringSource,
-    /// The key and indirection table.
-    pub table: RssTable,
 }
 
 /// `bytes` as lowercase hex without separators (the config's and the stats' spelling).
