@@ -1,0 +1,244 @@
+//! The runner's `--stats` file: one JSON document the runner replaces atomically (once every
+//! shard serves, then every interval, a last time on exit) and the agent reads for
+//! `NodeTuning.status.userspaceStack` and the exporter. camelCase fields. Read leniently
+//! (unknown fields are ignored, see the crate doc); every field the runner always writes is
+//! required.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Backend, ServiceKind};
+
+/// The whole document.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerStats {
+    /// The runner's process id (tells a file of an earlier run from the current one).
+    pub pid: u32,
+    /// Where it is in its life.
+    pub state: RunState,
+    /// The packet I/O backend.
+    pub backend: Backend,
+    /// How the backend moves packets: `copy`, `zeroCopy`, `tap` or `dpdk`.
+    pub mode: String,
+    /// One entry per shard.
+    pub shards: Vec<ShardStats>,
+    /// The services listening.
+    pub services: Vec<ServiceStats>,
+    /// The RSS key and table the shards steer by (absent from runners that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<SteeringStats>,
+    /// Counters of all shards by section (`Tcp`, `TcpExt`, `Ip`, `Icmp`) and field, named as
+    /// in /proc/net/snmp and /proc/net/netstat; signed, as the kernel's `MaxConn` (-1) is.
+    pub netstat: BTreeMap<String, BTreeMap<String, i64>>,
+    /// How the graceful stop went; present once stopping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<StopStats>,
+}
+
+/// The runner's lifecycle.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RunState {
+    /// Setting up devices and shards.
+    Starting,
+    /// Every shard is up and serving.
+    Running,
+    /// Stopping: no new connections, open ones finishing.
+    Draining,
+    /// Stopped; the last document.
+    Stopped,
+}
+
+/// One shard's figures.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStats {
+    /// The core it is pinned to.
+    pub core: u32,
+    /// The device queue it serves.
+    pub queue: u32,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Open connections.
+    pub connections: u64,
+}
+
+/// A service being served.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceStats {
+    /// What it does.
+    pub kind: ServiceKind,
+    /// Its port.
+    pub port: u16,
+}
+
+/// What the shards steer by.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SteeringStats {
+    /// Where the key and table came from.
+    pub source: SteeringSource,
+    /// The Toeplitz key, lowercase hex.
+    pub key: String,
+    /// Entries in the indirection table.
+    pub indirection_size: u32,
+}
+
+/// Where the runner's RSS key and table come from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum SteeringSource {
+    /// The NIC's own, from the config's `rss` (read by the agent).
+    Nic,
+    /// The runner's configured key spread over the shards (the NIC has no RSS to read, or
+    /// the backend programs the key itself).
+    Configured,
+}
+
+impl SteeringSource {
+    /// The spelling in the stats file (`nic`, `configured`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SteeringSource::Nic => "nic",
+            SteeringSource::Configured => "configured",
+        }
+    }
+}
+
+/// How a graceful stop went.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StopStats {
+    /// Connections closed in both directions before the deadline.
+    pub drained: u64,
+    /// Connections reset at the deadline.
+    pub reset: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A document with every field set, in the JSON the runner writes.
+    fn full() -> (RunnerStats, serde_json::Value) {
+        let netstat = BTreeMap::from([
+            (
+                "Tcp".to_string(),
+                BTreeMap::from([("MaxConn".to_string(), -1), ("OutSegs".to_string(), 12)]),
+            ),
+            (
+                "TcpExt".to_string(),
+                BTreeMap::from([("TCPSackRecovery".to_string(), 2)]),
+            ),
+        ]);
+        let stats = RunnerStats {
+            pid: 1234,
+            state: RunState::Draining,
+            backend: Backend::AfXdp,
+            mode: "zeroCopy".into(),
+            shards: vec![ShardStats {
+                core: 1,
+                queue: 0,
+                rx_packets: 10,
+                tx_packets: 8,
+                connections: 2,
+            }],
+            services: vec![ServiceStats {
+                kind: ServiceKind::Http,
+                port: 80,
+            }],
+            steering: Some(SteeringStats {
+                source: SteeringSource::Nic,
+                key: "6d5a56da".into(),
+                indirection_size: 128,
+            }),
+            netstat,
+            stop: Some(StopStats {
+                drained: 3,
+                reset: 1,
+            }),
+        };
+        let json = json!({
+            "pid": 1234,
+            "state": "draining",
+            "backend": "afXdp",
+            "mode": "zeroCopy",
+            "shards": [
+                { "core": 1, "queue": 0, "rxPackets": 10, "txPackets": 8, "connections": 2 }
+            ],
+            "services": [ { "kind": "Http", "port": 80 } ],
+            "steering": { "source": "nic", "key": "6d5a56da", "indirectionSize": 128 },
+            "netstat": {
+                "Tcp": { "MaxConn": -1, "OutSegs": 12 },
+                "TcpExt": { "TCPSackRecovery": 2 }
+            },
+            "stop": { "drained": 3, "reset": 1 }
+        });
+        (stats, json)
+    }
+
+    #[test]
+    fn a_full_document_is_pinned_and_round_trips() {
+        let (stats, json) = full();
+        assert_eq!(serde_json::to_value(&stats).unwrap(), json);
+        let back: RunnerStats = serde_json::from_value(json).unwrap();
+        assert_eq!(back, stats);
+    }
+
+    #[test]
+    fn every_state_and_source_has_its_spelling() {
+        for (state, name) in [
+            (RunState::Starting, "starting"),
+            (RunState::Running, "running"),
+            (RunState::Draining, "draining"),
+            (RunState::Stopped, "stopped"),
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), json!(name));
+        }
+        for source in [SteeringSource::Nic, SteeringSource::Configured] {
+            assert_eq!(
+                serde_json::to_value(source).unwrap(),
+                json!(source.as_str())
+            );
+        }
+    }
+
+    #[test]
+    fn a_renamed_field_fails_and_an_unknown_one_is_ignored() {
+        let (stats, json) = full();
+        let text = json.to_string();
+        for (from, to) in [
+            ("\"pid\"", "\"processId\""),
+            ("\"mode\"", "\"ioMode\""),
+            ("rxPackets", "rxFrames"),
+            ("indirectionSize", "indirectionEntries"),
+            ("\"netstat\"", "\"counters\""),
+            ("\"drained\"", "\"closed\""),
+        ] {
+            assert!(text.contains(from), "{from} is not in {text}");
+            let error = serde_json::from_str::<RunnerStats>(&text.replace(from, to)).unwrap_err();
+            assert!(
+                error.to_string().contains("missing field"),
+                "{from} -> {to}: {error}"
+            );
+        }
+        // A field a later runner adds does not hide the rest from an earlier agent.
+        let mut later = json.clone();
+        later["drops"] = json!(5);
+        later["shards"][0]["rxBytes"] = json!(9000);
+        assert_eq!(serde_json::from_value::<RunnerStats>(later).unwrap(), stats);
+        // Steering and stop are optional: a runner that predates steering, one still running.
+        let mut earlier = json;
+        let object = earlier.as_object_mut().unwrap();
+        object.remove("steering");
+        object.remove("stop");
+        let parsed: RunnerStats = serde_json::from_value(earlier).unwrap();
+        assert_eq!((parsed.steering, parsed.stop), (None, None));
+    }
+}
