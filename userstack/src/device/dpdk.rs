@@ -1,14 +1,14 @@
 //! DPDK (cargo feature `dpdk`): the stack's frames on a PCI device bound to vfio-pci, polled
 //! from user space with DPDK's poll-mode driver. One process initialises DPDK's EAL once
 //! ([`eal_args`]), configures the port with one rx/tx queue pair per shard, takes mbufs from
-//! one mempool sized from the config ([`check_mempool`]) and hands each shard a
-//! [`DpdkQueue`]. Frames are copied between mbufs and the [`Device`] trait's buffers.
+//! one mempool sized from its [`PortConfig`] ([`check_mempool`]) and hands each shard a
+//! [`DpdkQueue`]. Frames are copied between mbufs and the [`Device`] trait's buffers. The
+//! device takes its own [`PortConfig`]; the runtime fills it from the runner's config.
 //!
 //! The bindings are generated at build time (bindgen over `dpdk/shim.h` against `pkg-config
 //! libdpdk`); DPDK's inline burst and mbuf functions come through the C shim `dpdk/shim.c`.
 
 use super::Device;
-use crate::runtime::config::{Config, DpdkConfig};
 use crate::wire::EthernetAddress;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +45,20 @@ const MAX_FRAME: usize = 9216;
 /// Spare frame buffers kept per queue.
 const SPARE_BUFFERS: usize = 1024;
 
+/// What [`open`] sets up: the device, the cores whose shards poll it and its memory. The
+/// error messages name the runner config's fields these come from (`dpdk.*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// One queue pair per core; the first core is EAL's main lcore.
+    pub cores: Vec<usize>,
+    /// The device's PCI address; the device is bound to vfio-pci.
+    pub pci_address: String,
+    /// The hugetlbfs mount EAL takes its memory from.
+    pub hugepage_dir: String,
+    /// Mbufs in the mempool.
+    pub mempool_mbufs: u32,
+}
+
 /// Set once the EAL was initialised: DPDK allows it once per process.
 static EAL_STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -71,11 +85,11 @@ pub fn check_mempool(mbufs: u32, queues: usize) -> Result<(), String> {
 
 /// The EAL arguments for `config` (argv[0] included): the cores as lcores with the first as
 /// the main one, one memory channel, only the configured PCI device (`-a`), hugepages from
-/// `hugepageDir` (unlinked once mapped, so a killed runner leaves no files), a file prefix of
+/// `hugepage_dir` (unlinked once mapped, so a killed runner leaves no files), a file prefix of
 /// its own per instance (`pid`), the virtio PMD and the ring mempool from [`PMD_DIR`], no
 /// telemetry socket.
-pub fn eal_args(cores: &[usize], dpdk: &DpdkConfig, pid: u32) -> Vec<String> {
-    let lcores: Vec<String> = cores.iter().map(usize::to_string).collect();
+pub fn eal_args(config: &PortConfig, pid: u32) -> Vec<String> {
+    let lcores: Vec<String> = config.cores.iter().map(usize::to_string).collect();
     let mut args = vec![
         "hoststack-userstack".to_string(),
         "-l".into(),
@@ -85,9 +99,9 @@ pub fn eal_args(cores: &[usize], dpdk: &DpdkConfig, pid: u32) -> Vec<String> {
         "-n".into(),
         "1".into(),
         "-a".into(),
-        dpdk.pci_address.clone(),
+        config.pci_address.clone(),
         "--huge-dir".into(),
-        dpdk.hugepage_dir.clone(),
+        config.hugepage_dir.clone(),
         "--huge-unlink".into(),
         "--file-prefix".into(),
         format!("hoststack-userstack-{pid}"),
@@ -218,35 +232,31 @@ pub struct Opened {
     pub reta_size: u16,
 }
 
-/// Initialises the EAL from `config`, configures and starts the port at `dpdk.pciAddress`
-/// with one queue pair per core and a mempool of `dpdk.mempoolMbufs` mbufs; with more than
+/// Initialises the EAL from `config`, configures and starts the port at its PCI address
+/// with one queue pair per core and a mempool of its `mempool_mbufs` mbufs; with more than
 /// one queue, RSS hashes with `rss_key` (so the stack's steering is exactly the port's).
-pub fn open(config: &Config, rss_key: &[u8]) -> Result<Opened, String> {
-    let dpdk = config
-        .dpdk
-        .as_ref()
-        .ok_or("backend dpdk needs the dpdk settings")?;
+pub fn open(config: &PortConfig, rss_key: &[u8]) -> Result<Opened, String> {
     let queues = config.cores.len();
-    check_mempool(dpdk.mempool_mbufs, queues)?;
-    if !std::path::Path::new(&dpdk.hugepage_dir).is_dir() {
+    check_mempool(config.mempool_mbufs, queues)?;
+    if !std::path::Path::new(&config.hugepage_dir).is_dir() {
         return Err(format!(
             "dpdk.hugepageDir {}: no such directory (mount hugetlbfs there)",
-            dpdk.hugepage_dir
+            config.hugepage_dir
         ));
     }
-    start_eal(&eal_args(&config.cores, dpdk, std::process::id()))?;
-    let name = CString::new(dpdk.pci_address.as_str()).map_err(|_| "PCI address has a NUL")?;
+    start_eal(&eal_args(config, std::process::id()))?;
+    let name = CString::new(config.pci_address.as_str()).map_err(|_| "PCI address has a NUL")?;
     let mut id = 0u16;
     // SAFETY: name is a C string; id is written on success.
     let rc = unsafe { sys::rte_eth_dev_get_port_by_name(name.as_ptr(), &mut id) };
     if rc != 0 {
         return Err(format!(
             "no DPDK port for {} ({}): is it bound to vfio-pci, and did the PMD probe it?",
-            dpdk.pci_address,
+            config.pci_address,
             code_error(rc)
         ));
     }
-    let (port, reta_size) = configure(id, queues, dpdk, rss_key)?;
+    let (port, reta_size) = configure(id, queues, config, rss_key)?;
     let port = Arc::new(port);
     let mut mac = sys::rte_ether_addr::default();
     // SAFETY: mac is a valid rte_ether_addr for the started port.
@@ -283,7 +293,7 @@ pub fn open(config: &Config, rss_key: &[u8]) -> Result<Opened, String> {
 fn configure(
     id: u16,
     queues: usize,
-    dpdk: &DpdkConfig,
+    config: &PortConfig,
     rss_key: &[u8],
 ) -> Result<(Port, u16), String> {
     let mut info = sys::rte_eth_dev_info::default();
@@ -296,7 +306,7 @@ fn configure(
     if queues > most {
         return Err(format!(
             "{} has {most} queue pair(s); {queues} cores need one each",
-            dpdk.pci_address
+            config.pci_address
         ));
     }
     let mut conf = sys::rte_eth_conf::default();
@@ -308,14 +318,14 @@ fn configure(
             return Err(format!(
                 "{} offers no RSS over IPv4/TCP, so flows cannot be spread over {queues} \
                  shards: give one core",
-                dpdk.pci_address
+                config.pci_address
             ));
         }
         if usize::from(info.hash_key_size) != rss_key.len() {
             return Err(format!(
                 "{} takes an RSS key of {} bytes, the stack's configured key has {}: the \
                  queues could not be predicted, give one core",
-                dpdk.pci_address,
+                config.pci_address,
                 info.hash_key_size,
                 rss_key.len()
             ));
@@ -338,7 +348,7 @@ fn configure(
     let pool = unsafe {
         sys::rte_pktmbuf_pool_create(
             pool_name.as_ptr(),
-            dpdk.mempool_mbufs,
+            config.mempool_mbufs,
             0,
             0,
             sys::hs_default_buf_size(),
@@ -350,9 +360,9 @@ fn configure(
         unsafe { sys::rte_eth_dev_close(id) };
         return Err(format!(
             "a mempool of {} mbufs: {} (are there enough hugepages in {}?)",
-            dpdk.mempool_mbufs,
+            config.mempool_mbufs,
             rte_error(),
-            dpdk.hugepage_dir
+            config.hugepage_dir
         ));
     }
     // From here on, dropping `port` stops and closes the port and frees the pool.
@@ -482,8 +492,9 @@ impl Device for DpdkQueue {
 mod tests {
     use super::*;
 
-    fn settings(mbufs: u32) -> DpdkConfig {
-        DpdkConfig {
+    fn settings(mbufs: u32) -> PortConfig {
+        PortConfig {
+            cores: vec![1, 3],
             pci_address: "0000:00:03.0".into(),
             hugepage_dir: "/dev/hugepages".into(),
             mempool_mbufs: mbufs,
@@ -492,7 +503,7 @@ mod tests {
 
     #[test]
     fn eal_args_name_the_cores_device_hugepages_prefix_and_plugins() {
-        let args = eal_args(&[1, 3], &settings(4096), 77);
+        let args = eal_args(&settings(4096), 77);
         let line = args.join(" ");
         assert!(
             line.starts_with("hoststack-userstack -l 1,3 --main-lcore 1 -n 1 "),

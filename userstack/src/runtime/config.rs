@@ -271,6 +271,21 @@ impl Config {
     pub fn ports(&self) -> Vec<u16> {
         self.services.iter().map(|s| s.port).collect()
     }
+
+    /// The DPDK device's configuration: the shards' cores and the `dpdk` settings.
+    #[cfg(feature = "dpdk")]
+    pub fn dpdk_port(&self) -> Result<crate::device::dpdk::PortConfig, String> {
+        let dpdk = self
+            .dpdk
+            .as_ref()
+            .ok_or("backend dpdk needs the dpdk settings")?;
+        Ok(crate::device::dpdk::PortConfig {
+            cores: self.cores.clone(),
+            pci_address: dpdk.pci_address.clone(),
+            hugepage_dir: dpdk.hugepage_dir.clone(),
+            mempool_mbufs: dpdk.mempool_mbufs,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -174,7 +174,7 @@ impl Runtime {
             }
             #[cfg(feature = "dpdk")]
             Backend::Dpdk => {
-                let opened = crate::device::dpdk::open(config, &steering.table.key)?;
+                let opened = crate::device::dpdk::open(&config.dpdk_port()?, &steering.table.key)?;
                 // The port hashes with the configured key (programmed by `open`) over its
                 // default round-robin table of `reta_size` entries.
                 steering.table = crate::rss::RssTable::spread_over(
