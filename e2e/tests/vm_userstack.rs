@@ -21,7 +21,7 @@
 //!
 //! A correctness proof under TCG emulation, not a speed figure: the counts are small and
 //! every wait is bounded by a budget of the guest's progress (`Vm::wait_for`). The DPDK-featured runner is built by this test into
-//! `<target>/dpdk/` (`cargo build -p userstack --features dpdk --bin hoststack-userstack
+//! `<target>/dpdk/` (`cargo build -p userstack-runner --features dpdk --bin hoststack-userstack
 //! --target-dir <target>/dpdk`), so the workspace's default build needs no DPDK;
 //! `HOSTSTACK_DPDK_RUNNER` names a runner built elsewhere instead.
 
@@ -68,7 +68,7 @@ fn dpdk_runner() -> PathBuf {
             "build",
             "--quiet",
             "-p",
-            "userstack",
+            "userstack-runner",
             "--features",
             "dpdk",
             "--bin",

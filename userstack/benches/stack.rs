@@ -1,7 +1,8 @@
 //! Criterion benchmarks: two stack instances joined by an in-memory link on one thread.
 //! (a) bulk transfer, (b) 64-byte request/response — each beside smoltcp in the same harness
-//! with the same segment size — (c) connection churn with 10,000 live connections, (d) the
-//! simulator's speed. Figures go to docs/userstack.md, never into assertions.
+//! with the same segment size — (c) connection churn with 10,000 live connections. The
+//! simulator's speed is userstack-sim's benchmark. Figures go to docs/userstack.md, never into
+//! assertions.
 
 use core::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -236,27 +237,6 @@ fn churn(c: &mut Criterion) {
     group.finish();
 }
 
-fn simulator(c: &mut Criterion) {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scenarios/one-flow-100mbit.toml"
-    ))
-    .unwrap();
-    let mut scenario = userstack::sim::scenario::Scenario::from_toml(&text).unwrap();
-    scenario.duration_ms = 1000;
-    scenario.warmup_ms = 0;
-    let packets = userstack::sim::run(&scenario, 1).simulated_packets;
-    let mut group = c.benchmark_group("simulator");
-    group.throughput(Throughput::Elements(packets));
-    group
-        .sample_size(10)
-        .measurement_time(Duration::from_secs(4));
-    group.bench_function("one_flow_100mbit_1s", |bench| {
-        bench.iter(|| black_box(userstack::sim::run(&scenario, 1).simulated_packets))
-    });
-    group.finish();
-}
-
 /// smoltcp in the same harness: two interfaces joined by in-memory queues.
 mod smol {
     use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -474,5 +454,5 @@ mod smol {
     }
 }
 
-criterion_group!(benches, bulk, request_response, churn, simulator);
+criterion_group!(benches, bulk, request_response, churn);
 criterion_main!(benches);

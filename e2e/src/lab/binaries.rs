@@ -123,7 +123,7 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
             "-p",
             "kubectl-hoststack",
             "-p",
-            "userstack",
+            "userstack-runner",
             "--bins",
         ],
     );

@@ -3,8 +3,12 @@
 use core::time::Duration;
 
 /// Which congestion controller a connection runs.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum CongestionAlgorithm {
     /// RFC 5681 with RFC 6582 recovery.
     NewReno,

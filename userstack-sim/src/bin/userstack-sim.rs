@@ -3,7 +3,7 @@
 //! Usage: `userstack-sim SCENARIO.toml [--seed N]...` — one report per seed (default seed 1).
 
 use std::process::ExitCode;
-use userstack::sim::{run, scenario::Scenario};
+use userstack_sim::{run, scenario::Scenario};
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);

@@ -51,11 +51,11 @@ impl Device for MemoryPort {
 mod tests {
     use super::*;
     use crate::device::{poll_device, Batches};
-    use crate::stack::Stack;
-    use crate::stack::StackConfig;
-    use crate::time::Instant;
-    use crate::wire::EthernetAddress;
     use std::net::{Ipv4Addr, SocketAddrV4};
+    use userstack::stack::Stack;
+    use userstack::stack::StackConfig;
+    use userstack::time::Instant;
+    use userstack::wire::EthernetAddress;
 
     #[test]
     fn two_stacks_over_a_memory_link() {

@@ -116,7 +116,7 @@ pub struct Report {
     /// Sum of flow goodputs after warm-up, Mbit/s.
     pub aggregate_goodput_mbps: f64,
     /// Aggregate goodput over the best goodput the link allows at this MSS (see
-    /// `sim::max_goodput_mbps`: header and framing overhead excluded).
+    /// `max_goodput_mbps`: header and framing overhead excluded).
     pub utilization: f64,
     /// Aggregate goodput over the raw link bandwidth.
     pub link_share: f64,

@@ -1,5 +1,9 @@
-//! A deterministic discrete-event network simulator: the laboratory that judges the stack.
-//! Same scenario and seed, same run, bit for bit.
+//! userstack-sim: a deterministic discrete-event network simulator, the laboratory that
+//! judges the user-space TCP engine (crate `userstack`). Same scenario and seed, same run,
+//! bit for bit. [`scenario`] is the TOML experiment format, [`run`] runs one with a seed and
+//! returns its [`metrics::Report`]; the binary `userstack-sim` prints reports as JSON.
+
+#![warn(missing_docs)]
 
 pub mod link;
 pub mod metrics;
@@ -8,9 +12,6 @@ pub mod rng;
 pub mod scenario;
 pub mod traffic;
 
-use crate::stack::{Stack, StackConfig};
-use crate::time::Instant;
-use crate::wire::EthernetAddress;
 use core::time::Duration;
 use link::{LinkConfig, LinkDirection};
 use metrics::{jain_index, percentile, FlowReport, Report, ShortFlowReport, TracePoint};
@@ -18,6 +19,9 @@ use network::{Network, Node};
 use scenario::{Impairments, Scenario, TopologyKind, Traffic};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use traffic::{App, FlowProgress, Pattern};
+use userstack::stack::{Stack, StackConfig};
+use userstack::time::Instant;
+use userstack::wire::EthernetAddress;
 
 /// Port of the first long-lived flow's receiver; flow `f` uses `FLOW_PORT_BASE + f`.
 const FLOW_PORT_BASE: u16 = 5001;
@@ -308,7 +312,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .filter_map(|&n| network.stack(n))
-        .map(|s| s.counters().get(crate::counters::Counter::RetransSegs))
+        .map(|s| s.counters().get(userstack::counters::Counter::RetransSegs))
         .sum();
     net.retransmitted_segments = retransmitted;
     net.loss_ratio =

@@ -3,11 +3,11 @@
 //! hoststack CRDs serialise them (the contract's lower-camel spellings are accepted too).
 
 use super::steering::{Steering, SteeringSource};
-use crate::rss::{from_hex, RssTable, MICROSOFT_KEY};
-use crate::tcp::{self, CongestionAlgorithm};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::time::Duration;
+use userstack::rss::{from_hex, RssTable, MICROSOFT_KEY};
+use userstack::tcp::{self, CongestionAlgorithm};
 
 /// Packet I/O backends.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,7 +387,7 @@ mod tests {
             "\"drainTimeoutMs\"",
             &format!(
                 r#""rss": {{"key": "{}", "indirection": [0, 1, 2, 3]}}, "drainTimeoutMs""#,
-                crate::rss::to_hex(&key)
+                userstack::rss::to_hex(&key)
             ),
         );
         let nic = Config::from_json(&text).unwrap().steering().unwrap();

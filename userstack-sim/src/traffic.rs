@@ -1,9 +1,9 @@
 //! Applications that generate and sink traffic on simulated hosts.
 
-use crate::stack::{SocketHandle, Stack};
-use crate::time::Instant;
 use core::time::Duration;
 use std::net::SocketAddrV4;
+use userstack::stack::{SocketHandle, Stack};
+use userstack::time::Instant;
 
 /// Bytes handed to `send` (content is irrelevant to the simulator).
 static PAYLOAD: [u8; 65536] = [0x5a; 65536];

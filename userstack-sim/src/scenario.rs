@@ -1,10 +1,10 @@
 //! Experiments as data: a scenario file names a topology, impairments, TCP options and
 //! traffic; together with a seed it determines the whole run.
 
-use super::link::GilbertElliott;
-use crate::tcp::{Config, CongestionAlgorithm};
+use crate::link::GilbertElliott;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
+use userstack::tcp::{Config, CongestionAlgorithm};
 
 /// A whole experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

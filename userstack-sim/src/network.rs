@@ -1,15 +1,15 @@
 //! The discrete-event engine: hosts running stacks, gateways, links and the event queue.
 
-use super::link::{Fate, LinkDirection};
-use super::metrics::NetworkReport;
-use super::rng::Rng;
-use super::traffic::{App, AppContext};
-use crate::stack::Stack;
-use crate::time::Instant;
-use crate::wire::{ethernet, ethertype, ipv4, EthernetAddress};
+use crate::link::{Fate, LinkDirection};
+use crate::metrics::NetworkReport;
+use crate::rng::Rng;
+use crate::traffic::{App, AppContext};
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
+use userstack::stack::Stack;
+use userstack::time::Instant;
+use userstack::wire::{ethernet, ethertype, ipv4, EthernetAddress};
 
 /// A host: a stack instance plus its applications.
 #[derive(Debug)]
@@ -120,7 +120,7 @@ pub fn carries_tcp_data(frame: &[u8]) -> bool {
     if ip.protocol() != ipv4::protocol::TCP {
         return false;
     }
-    let Ok(tcp) = crate::wire::tcp::Packet::new_checked(ip.payload()) else {
+    let Ok(tcp) = userstack::wire::tcp::Packet::new_checked(ip.payload()) else {
         return false;
     };
     !tcp.payload().is_empty()

@@ -1,9 +1,9 @@
 //! Facts about the interface the stack takes, read with ioctls on a socket so that they come
 //! from the caller's network namespace (a /sys mounted elsewhere may show another one).
 
-use crate::wire::EthernetAddress;
 use std::io;
 use std::net::Ipv4Addr;
+use userstack::wire::EthernetAddress;
 
 /// `struct ifreq`: a name and a union, of which we read the address or an int.
 #[repr(C)]

@@ -2,9 +2,9 @@
 //! scenarios are the files in `scenarios/`, shortened where noted so the suite stays fast in
 //! debug builds; `userstack-sim` runs them at full length (see docs/userstack.md).
 
-use userstack::sim::metrics::Report;
-use userstack::sim::scenario::Scenario;
-use userstack::sim::{median, run};
+use userstack_sim::metrics::Report;
+use userstack_sim::scenario::Scenario;
+use userstack_sim::{median, run};
 
 const SEEDS: [u64; 3] = [1, 2, 3];
 

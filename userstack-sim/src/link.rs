@@ -2,11 +2,11 @@
 //! propagation delay with jitter, loss (random or Gilbert-Elliott bursts), reordering and
 //! duplication.
 
-use super::rng::Rng;
-use crate::time::Instant;
+use crate::rng::Rng;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use userstack::time::Instant;
 
 /// Two-state burst loss (Gilbert-Elliott).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

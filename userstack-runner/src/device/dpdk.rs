@@ -9,10 +9,10 @@
 //! libdpdk`); DPDK's inline burst and mbuf functions come through the C shim `dpdk/shim.c`.
 
 use super::Device;
-use crate::wire::EthernetAddress;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use userstack::wire::EthernetAddress;
 
 #[allow(
     non_camel_case_types,

@@ -10,15 +10,15 @@
 
 use super::services::{ServiceSpec, Session, Verdict};
 use super::stats::StopStats;
-use crate::counters::Counters;
 use crate::device::Device;
-use crate::stack::{Event, SocketHandle, Stack};
-use crate::tcp::State;
-use crate::time::Instant;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+use userstack::counters::Counters;
+use userstack::stack::{Event, SocketHandle, Stack};
+use userstack::tcp::State;
+use userstack::time::Instant;
 
 /// Frames per receive batch.
 pub const BATCH: usize = 64;

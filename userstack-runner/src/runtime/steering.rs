@@ -1,9 +1,9 @@
 //! What a runtime steers flows by: the NIC's own RSS key and table (the agent reads them
 //! through ethtool netlink and passes them in the config's `rss`), or else a configured key
-//! ([`crate::rss::MICROSOFT_KEY`]) spread over the shards, which the DPDK backend programs
+//! ([`userstack::rss::MICROSOFT_KEY`]) spread over the shards, which the DPDK backend programs
 //! into the device. Shard *i* serves queue *i*.
 
-use crate::rss::RssTable;
+use userstack::rss::RssTable;
 
 /// Where a runtime's RSS key and table come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

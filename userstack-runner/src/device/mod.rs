@@ -12,9 +12,9 @@ pub mod xdp_redirect;
 
 pub use memory::MemoryPort;
 
-use crate::stack::Stack;
-use crate::time::Instant;
 use std::os::fd::RawFd;
+use userstack::stack::Stack;
+use userstack::time::Instant;
 
 /// A source and sink of Ethernet frames, moved in batches.
 pub trait Device {

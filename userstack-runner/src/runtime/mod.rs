@@ -1,10 +1,10 @@
 //! The runtime that puts stacks on real packets: one [`shard::Shard`] per dedicated core,
 //! each pinned with sched_setaffinity and serving one device queue, the [`services`] on
 //! their listeners, a graceful stop, and the [`stats`] the runner publishes. Flows reach
-//! their shard through the NIC's RSS ([`crate::rss`]): the runtime steers by the NIC's own key
+//! their shard through the NIC's RSS ([`userstack::rss`]): the runtime steers by the NIC's own key
 //! and table when the config has them (`rss`, read by the agent), by the configured key
 //! otherwise ([`Runtime::steering`], [`steering`]); an active open picks a source port that
-//! hashes back to its own queue ([`crate::rss::RssTable::connect`]).
+//! hashes back to its own queue ([`userstack::rss::RssTable::connect`]).
 
 pub mod config;
 pub mod interface;
@@ -19,10 +19,6 @@ use crate::device::af_xdp::XdpSocket;
 use crate::device::tap::Tap;
 use crate::device::xdp_redirect::{RedirectProgram, RedirectRules};
 use crate::device::Device;
-use crate::rss::to_hex;
-use crate::stack::{Stack, StackConfig};
-use crate::tcp;
-use crate::time::Instant;
 use services::{HttpResponses, ServiceSpec};
 use shard::{Control, Shard, ShardFigures};
 use stats::{RunState, ServiceStats, ShardStats, Stats, SteeringStats, StopStats};
@@ -31,6 +27,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use steering::Steering;
+use userstack::rss::to_hex;
+use userstack::stack::{Stack, StackConfig};
+use userstack::tcp;
+use userstack::time::Instant;
 
 /// Running shards and what keeps their traffic flowing (the XDP program).
 #[derive(Debug)]
@@ -177,7 +177,7 @@ impl Runtime {
                 let opened = crate::device::dpdk::open(&config.dpdk_port()?, &steering.table.key)?;
                 // The port hashes with the configured key (programmed by `open`) over its
                 // default round-robin table of `reta_size` entries.
-                steering.table = crate::rss::RssTable::spread_over(
+                steering.table = userstack::rss::RssTable::spread_over(
                     &steering.table.key,
                     config.cores.len() as u32,
                     u32::from(opened.reta_size),
@@ -257,7 +257,7 @@ impl Runtime {
 
     /// The stats document in `state`.
     pub fn stats(&self, state: RunState) -> Stats {
-        let mut counters = crate::counters::Counters::default();
+        let mut counters = userstack::counters::Counters::default();
         let mut stop = StopStats::default();
         let mut shards = Vec::new();
         for (queue, (core, figures)) in self.shards.iter().enumerate() {
@@ -293,7 +293,7 @@ impl Runtime {
     }
 
     /// The RSS key and table the shards steer by: shard *i* serves queue *i*, and whatever
-    /// runs on it opens connections with [`crate::rss::RssTable::connect`] on that queue.
+    /// runs on it opens connections with [`userstack::rss::RssTable::connect`] on that queue.
     pub fn steering(&self) -> &Steering {
         &self.steering
     }

@@ -1,11 +1,11 @@
 //! The stats file the runner keeps for the agent's supervisor: one JSON document, replaced
 //! atomically (written to a temporary file beside it, then renamed over it).
 
-use crate::counters::Counters;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
+use userstack::counters::Counters;
 
 /// The runner's lifecycle.
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +115,7 @@ pub fn write(path: &Path, stats: &Stats) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::Counter;
+    use userstack::counters::Counter;
 
     #[test]
     fn netstat_groups_by_section_with_the_kernel_names() {

@@ -32,13 +32,13 @@ use common::{
     PATIENCE, RUNNER,
 };
 use serde_json::Value;
-use userstack::device::af_xdp::XdpSocket;
-use userstack::device::xdp_redirect::{AttachMode, RedirectProgram, RedirectRules};
-use userstack::device::Device;
 use userstack::rss::{RssTable, MICROSOFT_KEY};
-use userstack::runtime::interface;
 use userstack::stack::{Stack, StackConfig};
 use userstack::time::Instant;
+use userstack_runner::device::af_xdp::XdpSocket;
+use userstack_runner::device::xdp_redirect::{AttachMode, RedirectProgram, RedirectRules};
+use userstack_runner::device::Device;
+use userstack_runner::runtime::interface;
 
 const STACK_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 64, 50);
 const NODE_IP: Ipv4Addr = Ipv4Addr::new(198, 19, 64, 1);

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use userstack::runtime::stats::{self, RunState};
-use userstack::runtime::{Config, Runtime};
+use userstack_runner::runtime::stats::{self, RunState};
+use userstack_runner::runtime::{Config, Runtime};
 
 const USAGE: &str =
     "usage: hoststack-userstack run --config FILE --stats FILE [--stats-interval-ms MS]";
