@@ -10,12 +10,12 @@
 //! is one line on stderr and exit code 2, with nothing left attached. Killed, it leaves
 //! nothing either: the XDP link belongs to its descriptors, which the kernel closes.
 
+use hoststack_runner_api::RunState;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use userstack_runner::runtime::stats::{self, RunState};
-use userstack_runner::runtime::{Config, Runtime};
+use userstack_runner::runtime::{config, stats, Runtime};
 
 const USAGE: &str =
     "usage: hoststack-userstack run --config FILE --stats FILE [--stats-interval-ms MS]";
@@ -78,7 +78,7 @@ fn install_signal_handlers() {
 fn run(args: &Args) -> Result<(), String> {
     let text = std::fs::read_to_string(&args.config)
         .map_err(|e| format!("reading {}: {e}", args.config.display()))?;
-    let config = Config::from_json(&text)?;
+    let config = config::from_json(&text)?;
     let write = |runtime: &Runtime, state| {
         stats::write(&args.stats, &runtime.stats(state))
             .map_err(|e| format!("writing {}: {e}", args.stats.display()))

@@ -13,15 +13,16 @@ pub mod shard;
 pub mod stats;
 pub mod steering;
 
-pub use config::{Backend, Config, ServiceKind};
-
 use crate::device::af_xdp::XdpSocket;
 use crate::device::tap::Tap;
 use crate::device::xdp_redirect::{RedirectProgram, RedirectRules};
 use crate::device::Device;
+use hoststack_runner_api::{
+    Backend, RunState, RunnerConfig, RunnerStats, ServiceKind, ServiceStats, ShardStats,
+    SteeringStats, StopStats,
+};
 use services::{HttpResponses, ServiceSpec};
 use shard::{Control, Shard, ShardFigures};
-use stats::{RunState, ServiceStats, ShardStats, Stats, SteeringStats, StopStats};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -36,7 +37,7 @@ use userstack::time::Instant;
 #[derive(Debug)]
 pub struct Runtime {
     control: Arc<Control>,
-    shards: Vec<(usize, Arc<ShardFigures>)>,
+    shards: Vec<(u32, Arc<ShardFigures>)>,
     threads: Vec<JoinHandle<()>>,
     /// Detached when dropped, after the shards stopped.
     redirect: Option<RedirectProgram>,
@@ -68,7 +69,7 @@ pub fn pin_to_core(core: usize) -> Result<(), String> {
 }
 
 /// Checks that every core is online and allowed to this process.
-fn check_cores(cores: &[usize]) -> Result<(), String> {
+fn check_cores(cores: &[u32]) -> Result<(), String> {
     // SAFETY: a zeroed cpu_set_t, filled by the kernel.
     let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: allowed is a valid cpu_set_t of the given size.
@@ -80,7 +81,7 @@ fn check_cores(cores: &[usize]) -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
-    for &core in cores {
+    for core in cores.iter().map(|&core| core as usize) {
         // SAFETY: CPU_ISSET reads inside the set for core < CPU_SETSIZE.
         let present = core < 8 * std::mem::size_of::<libc::cpu_set_t>()
             && unsafe { libc::CPU_ISSET(core, &allowed) };
@@ -111,12 +112,12 @@ fn secret() -> u64 {
 impl Runtime {
     /// Sets up the devices and starts one pinned shard per core; returns once every shard
     /// listens. Any failure leaves nothing attached.
-    pub fn start(config: &Config) -> Result<Runtime, String> {
-        config.validate()?;
+    pub fn start(config: &RunnerConfig) -> Result<Runtime, String> {
+        config::validate(config)?;
         check_cores(&config.cores)?;
         let (ip, prefix_len) = config::parse_address(&config.address)?;
         #[cfg_attr(not(feature = "dpdk"), allow(unused_mut))]
-        let mut steering = config.steering()?;
+        let mut steering = config::steering(config)?;
         let mut services = Vec::new();
         for service in &config.services {
             let spec = match service.kind {
@@ -129,8 +130,8 @@ impl Runtime {
             services.push((service.port, spec));
         }
         let mut stack_config = StackConfig::new(interface::placeholder_mac(ip), ip, prefix_len);
-        stack_config.gateway = config.gateway;
-        stack_config.tcp = config.tcp.apply(tcp::Config::default());
+        stack_config.gateway = config::gateway(config)?;
+        stack_config.tcp = config::apply_tcp_options(&config.tcp, tcp::Config::default());
         stack_config.secret = secret();
         let (devices, redirect, mode): (Vec<Box<dyn Device + Send>>, _, _) = match config.backend {
             Backend::AfXdp => {
@@ -147,7 +148,7 @@ impl Runtime {
                 }
                 let rules = RedirectRules {
                     address: ip,
-                    ports: config.ports(),
+                    ports: config::service_ports(config),
                     ephemeral_ports: stack_config.ephemeral_ports,
                 };
                 let mut program = RedirectProgram::attach(&config.interface, &rules)
@@ -174,7 +175,8 @@ impl Runtime {
             }
             #[cfg(feature = "dpdk")]
             Backend::Dpdk => {
-                let opened = crate::device::dpdk::open(&config.dpdk_port()?, &steering.table.key)?;
+                let opened =
+                    crate::device::dpdk::open(&config::dpdk_port(config)?, &steering.table.key)?;
                 // The port hashes with the configured key (programmed by `open`) over its
                 // default round-robin table of `reta_size` entries.
                 steering.table = userstack::rss::RssTable::spread_over(
@@ -214,7 +216,7 @@ impl Runtime {
             let thread = std::thread::Builder::new()
                 .name(format!("userstack-{core}"))
                 .spawn(move || {
-                    let pinned = pin_to_core(core);
+                    let pinned = pin_to_core(core as usize);
                     let ok = pinned.is_ok();
                     let _ = ready.send(pinned);
                     if ok {
@@ -256,7 +258,7 @@ impl Runtime {
     }
 
     /// The stats document in `state`.
-    pub fn stats(&self, state: RunState) -> Stats {
+    pub fn stats(&self, state: RunState) -> RunnerStats {
         let mut counters = userstack::counters::Counters::default();
         let mut stop = StopStats::default();
         let mut shards = Vec::new();
@@ -275,18 +277,18 @@ impl Runtime {
                 connections: figures.connections.load(Ordering::Relaxed),
             });
         }
-        Stats {
+        RunnerStats {
             pid: std::process::id(),
             state,
-            backend: self.backend.as_str(),
-            mode: self.mode,
+            backend: self.backend,
+            mode: self.mode.to_string(),
             shards,
             services: self.services.clone(),
-            steering: SteeringStats {
-                source: self.steering.source.as_str(),
+            steering: Some(SteeringStats {
+                source: self.steering.source,
                 key: to_hex(&self.steering.table.key),
-                indirection_size: self.steering.table.indirection.len(),
-            },
+                indirection_size: self.steering.table.indirection.len() as u32,
+            }),
             netstat: stats::netstat(&counters),
             stop: matches!(state, RunState::Draining | RunState::Stopped).then_some(stop),
         }

@@ -9,8 +9,8 @@
 //! load it never sleeps.
 
 use super::services::{ServiceSpec, Session, Verdict};
-use super::stats::StopStats;
 use crate::device::Device;
+use hoststack_runner_api::StopStats;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;

@@ -1,108 +1,29 @@
-//! The stats file the runner keeps for the agent's supervisor: one JSON document, replaced
-//! atomically (written to a temporary file beside it, then renamed over it).
+//! The stats file the runner keeps for the agent's supervisor, a [`RunnerStats`] (crate
+//! hoststack-runner-api): one JSON document, replaced atomically (written to a temporary file
+//! beside it, then renamed over it).
 
-use serde::Serialize;
+use hoststack_runner_api::RunnerStats;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
 use userstack::counters::Counters;
 
-/// The runner's lifecycle.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum RunState {
-    /// Setting up devices and shards.
-    Starting,
-    /// Every shard is up and serving.
-    Running,
-    /// Stopping: no new connections, open ones finishing.
-    Draining,
-    /// Stopped; the last document.
-    Stopped,
-}
-
-/// One shard's figures.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ShardStats {
-    /// The core it is pinned to.
-    pub core: usize,
-    /// The device queue it serves.
-    pub queue: u32,
-    /// Frames received.
-    pub rx_packets: u64,
-    /// Frames sent.
-    pub tx_packets: u64,
-    /// Open connections.
-    pub connections: u64,
-}
-
-/// A service being served.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-pub struct ServiceStats {
-    /// `Echo`, `Discard` or `Http`.
-    pub kind: super::ServiceKind,
-    /// Its port.
-    pub port: u16,
-}
-
-/// How a graceful stop went.
-#[derive(Serialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StopStats {
-    /// Connections closed in both directions before the deadline.
-    pub drained: u64,
-    /// Connections reset at the deadline.
-    pub reset: u64,
-}
-
-/// What the shards steer by (see [`super::steering::Steering`]).
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct SteeringStats {
-    /// `nic` or `configured`.
-    pub source: &'static str,
-    /// The Toeplitz key in hex.
-    pub key: String,
-    /// Entries in the indirection table.
-    pub indirection_size: usize,
-}
-
-/// The whole document.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Stats {
-    /// The runner's process id.
-    pub pid: u32,
-    /// Where it is in its life.
-    pub state: RunState,
-    /// `afXdp`, `tap` or `dpdk`.
-    pub backend: &'static str,
-    /// `copy`, `zeroCopy`, `tap` or `dpdk`.
-    pub mode: &'static str,
-    /// Per shard.
-    pub shards: Vec<ShardStats>,
-    /// What is served.
-    pub services: Vec<ServiceStats>,
-    /// The RSS key and table flows are steered by.
-    pub steering: SteeringStats,
-    /// Counters of all shards, by /proc/net/{snmp,netstat} section and field name.
-    pub netstat: BTreeMap<&'static str, BTreeMap<&'static str, u64>>,
-    /// Present once stopping.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stop: Option<StopStats>,
-}
-
-/// Counters grouped as the kernel's files group them (`Tcp`, `TcpExt`, `Ip`, `Icmp`).
-pub fn netstat(counters: &Counters) -> BTreeMap<&'static str, BTreeMap<&'static str, u64>> {
-    let mut sections: BTreeMap<_, BTreeMap<_, _>> = BTreeMap::new();
+/// Counters grouped as the kernel's files group them (`Tcp`, `TcpExt`, `Ip`, `Icmp`). The
+/// contract's values are signed (the kernel's `MaxConn` is -1); a counter past `i64::MAX`
+/// reads as `i64::MAX`.
+pub fn netstat(counters: &Counters) -> BTreeMap<String, BTreeMap<String, i64>> {
+    let mut sections: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
     for (section, field, value) in counters.fields() {
-        sections.entry(section).or_default().insert(field, value);
+        sections
+            .entry(section.to_string())
+            .or_default()
+            .insert(field.to_string(), i64::try_from(value).unwrap_or(i64::MAX));
     }
     sections
 }
 
 /// Writes `stats` to `path` atomically.
-pub fn write(path: &Path, stats: &Stats) -> io::Result<()> {
+pub fn write(path: &Path, stats: &RunnerStats) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let mut file = std::fs::File::create(&tmp)?;
@@ -115,6 +36,10 @@ pub fn write(path: &Path, stats: &Stats) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hoststack_runner_api::{
+        Backend, RunState, ServiceKind, ServiceStats, ShardStats, SteeringSource, SteeringStats,
+        StopStats,
+    };
     use userstack::counters::Counter;
 
     #[test]
@@ -133,11 +58,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("userstack-stats-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("stats.json");
-        let stats = Stats {
+        let stats = RunnerStats {
             pid: 7,
             state: RunState::Running,
-            backend: "afXdp",
-            mode: "copy",
+            backend: Backend::AfXdp,
+            mode: "copy".into(),
             shards: vec![ShardStats {
                 core: 1,
                 queue: 0,
@@ -146,14 +71,14 @@ mod tests {
                 connections: 1,
             }],
             services: vec![ServiceStats {
-                kind: super::super::ServiceKind::Http,
+                kind: ServiceKind::Http,
                 port: 80,
             }],
-            steering: SteeringStats {
-                source: "nic",
+            steering: Some(SteeringStats {
+                source: SteeringSource::Nic,
                 key: "6d5a56da".into(),
                 indirection_size: 128,
-            },
+            }),
             netstat: netstat(&Counters::default()),
             stop: Some(StopStats {
                 drained: 1,
