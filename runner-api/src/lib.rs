@@ -14,8 +14,8 @@
 //! - the stats are read leniently: a runner outlives the agent that started it (an agent
 //!   upgrade adopts the running runner), so the agent may read the stats of an earlier
 //!   release and ignores fields it no longer knows. A renamed field still fails to parse,
-//!   because every field the runner always writes is required; only fields that a runner
-//!   writes some of the time are optional.
+//!   because every field the agent's report rests on is required (see [`stats`] for the few
+//!   optional ones).
 //!
 //! The tests pin the JSON of a full config and a full stats document.
 

@@ -1,8 +1,10 @@
 //! The runner's `--stats` file: one JSON document the runner replaces atomically (once every
 //! shard serves, then every interval, a last time on exit) and the agent reads for
 //! `NodeTuning.status.userspaceStack` and the exporter. camelCase fields. Read leniently
-//! (unknown fields are ignored, see the crate doc); every field the runner always writes is
-//! required.
+//! (unknown fields are ignored, see the crate doc). Required: every field the agent's report
+//! rests on (pid, state, mode, shards, services, netstat), so a renamed one fails to parse.
+//! Optional: `backend` (the agent knows which one it asked for), `steering` (absent from
+//! runners that predate it) and `stop` (present once stopping).
 
 use std::collections::BTreeMap;
 
@@ -18,8 +20,9 @@ pub struct RunnerStats {
     pub pid: u32,
     /// Where it is in its life.
     pub state: RunState,
-    /// The packet I/O backend.
-    pub backend: Backend,
+    /// The packet I/O backend (optional: the agent knows which one it asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
     /// How the backend moves packets: `copy`, `zeroCopy`, `tap` or `dpdk`.
     pub mode: String,
     /// One entry per shard.
@@ -140,7 +143,7 @@ mod tests {
         let stats = RunnerStats {
             pid: 1234,
             state: RunState::Draining,
-            backend: Backend::AfXdp,
+            backend: Some(Backend::AfXdp),
             mode: "zeroCopy".into(),
             shards: vec![ShardStats {
                 core: 1,
@@ -233,12 +236,16 @@ mod tests {
         later["drops"] = json!(5);
         later["shards"][0]["rxBytes"] = json!(9000);
         assert_eq!(serde_json::from_value::<RunnerStats>(later).unwrap(), stats);
-        // Steering and stop are optional: a runner that predates steering, one still running.
+        // Backend, steering and stop are optional: a document without them still parses.
         let mut earlier = json;
         let object = earlier.as_object_mut().unwrap();
-        object.remove("steering");
-        object.remove("stop");
+        for field in ["backend", "steering", "stop"] {
+            object.remove(field);
+        }
         let parsed: RunnerStats = serde_json::from_value(earlier).unwrap();
-        assert_eq!((parsed.steering, parsed.stop), (None, None));
+        assert_eq!(
+            (parsed.backend, parsed.steering, parsed.stop),
+            (None, None, None)
+        );
     }
 }

@@ -1,134 +1,68 @@
-//! The runner's configuration: `userspaceStack` of the CRD translated into the JSON that
-//! `hoststack-userstack run --config FILE` reads (the fixed contract with the userstack
-//! runtime, see docs/userstack.md).
+//! The runner's configuration: `userspaceStack` of the CRD translated into the
+//! [`RunnerConfig`] of the agent<->runner contract (crate hoststack-runner-api), the JSON that
+//! `hoststack-userstack run --config FILE` reads (see docs/userstack.md). The CRD's types are
+//! the user's API; the contract's are the runner's, and this module maps one onto the other.
 
 use std::collections::BTreeSet;
 
-use hoststack_crds::{CongestionControl, ServiceKind, StackBackend, UserspaceStack};
-use serde::{Deserialize, Serialize};
+use hoststack_crds::{
+    CongestionControl, ServiceKind, StackBackend, StackTcpOptions, UserspaceStack,
+};
+use hoststack_runner_api as api;
+/// The runner's `--config` file, as [`translate`] makes it.
+pub use hoststack_runner_api::RunnerConfig;
 
 use crate::appliers::nic::ethtool::Rss;
-
-/// How long the runner may drain open connections when it is stopped.
-pub const DRAIN_TIMEOUT_MS: u64 = 2000;
-
-/// The runner's `--config` file.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RunnerConfig {
-    /// The NIC whose queues the stack takes.
-    pub interface: String,
-    /// `afXdp`, `tap` or `dpdk`.
-    pub backend: String,
-    /// One shard per core.
-    pub cores: Vec<u32>,
-    /// The stack's IPv4 address with prefix length.
-    pub address: String,
-    /// Next hop off the subnet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gateway: Option<String>,
-    /// TCP options; absent ones take the runtime's defaults.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tcp: Option<RunnerTcp>,
-    /// The services.
-    pub services: Vec<RunnerService>,
-    /// The graceful stop's deadline.
-    pub drain_timeout_ms: u64,
-    /// DPDK's settings, for backend `dpdk` only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dpdk: Option<RunnerDpdk>,
-    /// The NIC's RSS key and indirection table, read through ethtool netlink (backend `afXdp`
-    /// on a device that hashes with Toeplitz); absent, the runner uses its configured key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rss: Option<RunnerRss>,
-}
-
-/// The NIC's receive-side scaling as the runner steers by it.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RunnerRss {
-    /// The Toeplitz key, lowercase hex without separators.
-    pub key: String,
-    /// The indirection table: entry `hash % len` is the queue.
-    pub indirection: Vec<u32>,
-}
 
 /// What the runner steers by, from what the NIC reported (`None`: it has no RSS to read):
 /// its key and table when it hashes with Toeplitz and shows both; otherwise nothing, and the
 /// runner falls back to its configured key. Only backend `afXdp` runs on the NIC's own
 /// queues as the kernel's driver programmed them (a DPDK runner programs its own key, a TAP
 /// has one queue).
-pub fn runner_rss(backend: StackBackend, nic: Option<&Rss>) -> Option<RunnerRss> {
+pub fn runner_rss(backend: StackBackend, nic: Option<&Rss>) -> Option<api::RssConfig> {
     let rss = nic.filter(|r| {
         backend == StackBackend::AfXdp
             && r.is_toeplitz()
             && !r.key.is_empty()
             && !r.indirection.is_empty()
     })?;
-    Some(RunnerRss {
+    Some(api::RssConfig {
         key: rss.key.iter().map(|b| format!("{b:02x}")).collect(),
         indirection: rss.indirection.clone(),
     })
 }
 
-/// TCP options of the runner.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RunnerTcp {
-    /// Selective acknowledgements.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sack: Option<bool>,
-    /// Timestamps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timestamps: Option<bool>,
-    /// Window scaling.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window_scaling: Option<bool>,
-    /// `cubic` or `newReno`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub congestion_control: Option<String>,
-    /// Delayed-ACK timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delayed_ack_ms: Option<u32>,
-    /// Minimum retransmission timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_rto_ms: Option<u32>,
-    /// Nagle's algorithm.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nagle: Option<bool>,
-}
-
-/// One service of the runner.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RunnerService {
-    /// `Echo`, `Discard` or `Http`, spelled as the CRD spells them.
-    pub kind: ServiceKind,
-    /// Its TCP port.
-    pub port: u16,
-    /// The `Http` service's static body.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-}
-
-/// DPDK's settings of the runner.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RunnerDpdk {
-    /// The device, bound to vfio-pci.
-    pub pci_address: String,
-    /// The hugetlbfs mount EAL takes its memory from.
-    pub hugepage_dir: String,
-    /// Mbufs in the mempool.
-    pub mempool_mbufs: u32,
-}
-
-/// The runner's spelling of a backend.
-pub fn backend_name(backend: StackBackend) -> &'static str {
+/// The contract's backend for the CRD's.
+fn backend(backend: StackBackend) -> api::Backend {
     match backend {
-        StackBackend::AfXdp => "afXdp",
-        StackBackend::Dpdk => "dpdk",
-        StackBackend::Tap => "tap",
+        StackBackend::AfXdp => api::Backend::AfXdp,
+        StackBackend::Dpdk => api::Backend::Dpdk,
+        StackBackend::Tap => api::Backend::Tap,
+    }
+}
+
+/// The contract's TCP options for the CRD's.
+fn tcp_options(tcp: &StackTcpOptions) -> api::TcpOptions {
+    api::TcpOptions {
+        sack: tcp.sack,
+        timestamps: tcp.timestamps,
+        window_scaling: tcp.window_scaling,
+        congestion_control: tcp.congestion_control.map(|c| match c {
+            CongestionControl::Cubic => api::CongestionControl::Cubic,
+            CongestionControl::NewReno => api::CongestionControl::NewReno,
+        }),
+        delayed_ack_ms: tcp.delayed_ack_ms,
+        min_rto_ms: tcp.min_rto_ms,
+        nagle: tcp.nagle,
+    }
+}
+
+/// The contract's service kind for the CRD's.
+fn service_kind(kind: ServiceKind) -> api::ServiceKind {
+    match kind {
+        ServiceKind::Echo => api::ServiceKind::Echo,
+        ServiceKind::Discard => api::ServiceKind::Discard,
+        ServiceKind::Http => api::ServiceKind::Http,
     }
 }
 
@@ -140,43 +74,28 @@ pub fn translate(
     cores: &BTreeSet<u32>,
     pci_address: Option<&str>,
 ) -> RunnerConfig {
-    let tcp = stack.tcp.as_ref().map(|t| RunnerTcp {
-        sack: t.sack,
-        timestamps: t.timestamps,
-        window_scaling: t.window_scaling,
-        congestion_control: t.congestion_control.map(|c| {
-            match c {
-                CongestionControl::Cubic => "cubic",
-                CongestionControl::NewReno => "newReno",
-            }
-            .to_string()
-        }),
-        delayed_ack_ms: t.delayed_ack_ms,
-        min_rto_ms: t.min_rto_ms,
-        nagle: t.nagle,
-    });
-    let dpdk = (stack.backend == StackBackend::Dpdk).then(|| RunnerDpdk {
+    let dpdk = (stack.backend == StackBackend::Dpdk).then(|| api::DpdkConfig {
         pci_address: pci_address.unwrap_or_default().to_string(),
         hugepage_dir: "/dev/hugepages".into(),
         mempool_mbufs: 4096,
     });
     RunnerConfig {
         interface: stack.interface.clone(),
-        backend: backend_name(stack.backend).into(),
+        backend: backend(stack.backend),
         cores: cores.iter().copied().collect(),
         address: stack.address.clone(),
         gateway: stack.gateway.clone(),
-        tcp,
+        tcp: stack.tcp.as_ref().map(tcp_options).unwrap_or_default(),
         services: stack
             .services
             .iter()
-            .map(|s| RunnerService {
-                kind: s.kind,
+            .map(|s| api::ServiceConfig {
+                kind: service_kind(s.kind),
                 port: s.port,
                 body: s.body.clone(),
             })
             .collect(),
-        drain_timeout_ms: DRAIN_TIMEOUT_MS,
+        drain_timeout_ms: api::DEFAULT_DRAIN_TIMEOUT_MS,
         dpdk,
         rss: None,
     }
@@ -237,6 +156,27 @@ mod tests {
     }
 
     #[test]
+    fn every_crd_value_maps_onto_the_contract_value_of_its_spelling() {
+        // The contract also reads the CRD's spellings, so each mapping must agree with them.
+        fn spelled<T: serde::Serialize, U: serde::de::DeserializeOwned>(crd: T) -> U {
+            serde_json::from_value(serde_json::to_value(crd).expect("json")).expect("parses")
+        }
+        for b in [StackBackend::AfXdp, StackBackend::Dpdk, StackBackend::Tap] {
+            assert_eq!(backend(b), spelled(b));
+        }
+        for k in [ServiceKind::Echo, ServiceKind::Discard, ServiceKind::Http] {
+            assert_eq!(service_kind(k), spelled(k));
+        }
+        for c in [CongestionControl::Cubic, CongestionControl::NewReno] {
+            let tcp = StackTcpOptions {
+                congestion_control: Some(c),
+                ..StackTcpOptions::default()
+            };
+            assert_eq!(tcp_options(&tcp).congestion_control, Some(spelled(c)));
+        }
+    }
+
+    #[test]
     fn the_nics_toeplitz_key_and_table_go_to_an_af_xdp_runner_only() {
         let nic = Rss {
             hash_function: crate::appliers::nic::ethtool::RSS_HASH_TOEPLITZ,
@@ -245,7 +185,7 @@ mod tests {
         };
         assert_eq!(
             runner_rss(StackBackend::AfXdp, Some(&nic)),
-            Some(RunnerRss {
+            Some(api::RssConfig {
                 key: "6d5a0f00".into(),
                 indirection: vec![0, 1, 2, 3]
             })

@@ -1,89 +1,30 @@
 //! The runner's `--stats` file and what the agent reports from it: the stack's part of
-//! `NodeTuning.status` ([`status`]) and its TCP counters for the exporter.
+//! `NodeTuning.status` ([`status`]) and its TCP counters for the exporter. The file is a
+//! [`RunnerStats`] of the agent<->runner contract (crate hoststack-runner-api).
 //!
 //! The runner rewrites the file atomically every interval, once as soon as every shard serves,
 //! and a last time on exit. The agent only reads it.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use hoststack_crds::{
     ServiceKind, StackBackend, StackServiceStatus, StackShardStatus, StackSteeringStatus,
     UserspaceStackStatus,
 };
-use serde::Deserialize;
+use hoststack_runner_api::{self as api, RunState, RunnerStats};
 
-/// The runner's stats file.
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct RunnerStats {
-    /// The runner's pid (tells a file of an earlier run from the current one).
-    pub pid: u32,
-    /// `starting`, `running`, `draining` or `stopped`.
-    pub state: String,
-    /// How the backend moves packets: `copy`, `zeroCopy`, `tap` or `dpdk`.
-    #[serde(default)]
-    pub mode: Option<String>,
-    /// One entry per shard.
-    #[serde(default)]
-    pub shards: Vec<ShardStats>,
-    /// The services listening.
-    #[serde(default)]
-    pub services: Vec<ServiceStats>,
-    /// TCP counters by section (`Tcp`, `TcpExt`) and field, named as in /proc/net/snmp and
-    /// /proc/net/netstat.
-    #[serde(default)]
-    pub netstat: BTreeMap<String, BTreeMap<String, i64>>,
-    /// The RSS key and table the shards steer by.
-    #[serde(default)]
-    pub steering: Option<SteeringStats>,
+/// Reads the stats file; `None` when it does not exist (yet) or does not parse.
+pub fn read(path: &Path) -> Option<RunnerStats> {
+    let text = std::fs::read(path).ok()?;
+    serde_json::from_slice(&text).ok()
 }
 
-/// The runner's steering: where its RSS key and table came from.
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct SteeringStats {
-    /// `nic` or `configured`.
-    pub source: String,
-    /// The Toeplitz key in hex.
-    pub key: String,
-    /// Entries in the indirection table.
-    pub indirection_size: u32,
-}
-
-/// One shard's counters.
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ShardStats {
-    /// Its core.
-    pub core: u32,
-    /// Its device queue.
-    pub queue: u32,
-    /// Packets received.
-    #[serde(default)]
-    pub rx_packets: u64,
-    /// Packets sent.
-    #[serde(default)]
-    pub tx_packets: u64,
-    /// Connections open now.
-    #[serde(default)]
-    pub connections: u64,
-}
-
-/// One listening service.
-#[derive(Deserialize, Clone, Debug, PartialEq)]
-pub struct ServiceStats {
-    /// What it does.
-    pub kind: ServiceKind,
-    /// Its port.
-    pub port: u16,
-}
-
-impl RunnerStats {
-    /// Reads the stats file; `None` when it does not exist (yet) or does not parse.
-    pub fn read(path: &Path) -> Option<Self> {
-        let text = std::fs::read(path).ok()?;
-        serde_json::from_slice(&text).ok()
+/// The CRD's service kind for the contract's.
+fn service_kind(kind: api::ServiceKind) -> ServiceKind {
+    match kind {
+        api::ServiceKind::Echo => ServiceKind::Echo,
+        api::ServiceKind::Discard => ServiceKind::Discard,
+        api::ServiceKind::Http => ServiceKind::Http,
     }
 }
 
@@ -111,7 +52,7 @@ pub fn status(
     let current = stats.filter(|s| supervision.pid.is_some_and(|pid| pid == s.pid));
     let state = match (supervision.pid, current) {
         (None, _) => "Restarting",
-        (Some(_), Some(s)) if s.state == "running" => "Running",
+        (Some(_), Some(s)) if s.state == RunState::Running => "Running",
         (Some(_), _) => "Starting",
     };
     let message: Vec<String> = warning
@@ -128,7 +69,7 @@ pub fn status(
         state: state.into(),
         pid: supervision.pid,
         backend: Some(backend),
-        mode: current.and_then(|s| s.mode.clone()),
+        mode: current.map(|s| s.mode.clone()),
         cores: cores.into(),
         isolated,
         restarts: supervision.restarts,
@@ -151,7 +92,7 @@ pub fn status(
                 s.services
                     .iter()
                     .map(|sv| StackServiceStatus {
-                        kind: sv.kind,
+                        kind: service_kind(sv.kind),
                         port: sv.port,
                     })
                     .collect()
@@ -160,7 +101,7 @@ pub fn status(
         steering: current
             .and_then(|s| s.steering.as_ref())
             .map(|st| StackSteeringStatus {
-                source: st.source.clone(),
+                source: st.source.as_str().into(),
                 key: st.key.clone(),
                 indirection_size: st.indirection_size,
             }),
@@ -270,10 +211,10 @@ mod tests {
     fn a_missing_or_torn_file_reads_as_none() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("stats.json");
-        assert_eq!(RunnerStats::read(&path), None);
+        assert_eq!(read(&path), None);
         std::fs::write(&path, &STATS[..40]).expect("write");
-        assert_eq!(RunnerStats::read(&path), None);
+        assert_eq!(read(&path), None);
         std::fs::write(&path, STATS).expect("write");
-        assert_eq!(RunnerStats::read(&path), Some(stats()));
+        assert_eq!(read(&path), Some(stats()));
     }
 }

@@ -19,11 +19,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hoststack_crds::{StackBackend, UserspaceStackStatus};
+use hoststack_runner_api::Backend;
 use serde::{Deserialize, Serialize};
 
 use super::backoff::Backoff;
 use super::runner_config::RunnerConfig;
-use super::stats::{self, RunnerStats, Supervision};
+use super::stats::{self, Supervision};
 use crate::appliers::{xdp, Host};
 
 /// The runner's file name; the agent looks for it next to its own executable by default.
@@ -192,7 +193,7 @@ impl Supervisor {
         if let Some(running) = state.running.take() {
             let iface = running.config.interface.clone();
             // A DPDK runner attaches no XDP program (its device has no netdev).
-            let xdp = running.config.backend != "dpdk";
+            let xdp = running.config.backend != Backend::Dpdk;
             self.shared.stop_process(running)?;
             if xdp {
                 self.shared.check_detached(&iface)?;
@@ -218,7 +219,7 @@ impl Supervisor {
             restarts: state.restarts,
             last_exit: state.last_exit.clone(),
         };
-        let stats = RunnerStats::read(&self.stats_path());
+        let stats = stats::read(&self.stats_path());
         Some(stats::status(
             &wanted.cores,
             wanted.backend,

@@ -390,7 +390,7 @@ impl Collector for NetstatCollector {
         let userstack = self
             .userstack_stats
             .as_deref()
-            .and_then(crate::dataplane::stats::RunnerStats::read);
+            .and_then(crate::dataplane::stats::read);
         for (kind, help) in [
             (MetricType::Counter, "Counters of /proc/net/netstat and /proc/net/snmp, by section (proto) and field as the kernel names them"),
             (MetricType::Gauge, "Fields of /proc/net/snmp that are not counters (Tcp RtoAlgorithm, RtoMin, RtoMax, MaxConn, CurrEstab; Ip Forwarding, DefaultTTL)"),

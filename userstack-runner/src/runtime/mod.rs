@@ -280,7 +280,7 @@ impl Runtime {
         RunnerStats {
             pid: std::process::id(),
             state,
-            backend: self.backend,
+            backend: Some(self.backend),
             mode: self.mode.to_string(),
             shards,
             services: self.services.clone(),

@@ -61,7 +61,7 @@ mod tests {
         let stats = RunnerStats {
             pid: 7,
             state: RunState::Running,
-            backend: Backend::AfXdp,
+            backend: Some(Backend::AfXdp),
             mode: "copy".into(),
             shards: vec![ShardStats {
                 core: 1,
