@@ -136,7 +136,7 @@ pub struct Undo {
     #[arg(long)]
     pub to_revision: Option<String>,
     /// The namespace of the revision history (the operator's --namespace).
-    #[arg(short, long, default_value = "hoststack-system")]
+    #[arg(short, long, default_value = hoststack_crds::DEFAULT_NAMESPACE)]
     pub namespace: String,
 }
 

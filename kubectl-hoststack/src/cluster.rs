@@ -2,7 +2,7 @@
 //! tuning, its nodes and its revision history, and patching it. Every error names what was
 //! being done.
 
-use hoststack_crds::{NetworkTuning, NodeTuning};
+use hoststack_crds::{NetworkTuning, NodeTuning, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::cli::Connection;
 use crate::error::{Error, Result};
-use crate::undo::{Recorded, REVISION_LABEL, TUNING_LABEL};
+use crate::undo::Recorded;
 
 /// The field manager of the plugin's writes.
 pub const FIELD_MANAGER: &str = "kubectl-hoststack";
@@ -106,7 +106,7 @@ pub async fn history(
     let uid = tuning.uid();
     let tuning = tuning.name_any();
     let listed = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(&format!("{TUNING_LABEL}={tuning}")))
+        .list(&ListParams::default().labels(&format!("{HISTORY_TUNING_LABEL}={tuning}")))
         .await
         .map_err(|e| {
             Error::from_kube(
@@ -125,7 +125,7 @@ pub async fn history(
         })
         .filter_map(|cr| {
             Some(Recorded {
-                revision: cr.labels().get(REVISION_LABEL)?.clone(),
+                revision: cr.labels().get(HISTORY_REVISION_LABEL)?.clone(),
                 sequence: cr.revision.unwrap_or(0),
                 config: cr.data.0,
             })

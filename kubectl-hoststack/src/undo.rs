@@ -6,11 +6,6 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
-/// The ControllerRevision label naming a revision's tuning (set by the operator).
-pub const TUNING_LABEL: &str = "hoststack.dev/tuning";
-/// The ControllerRevision label carrying a revision's hash (set by the operator).
-pub const REVISION_LABEL: &str = "hoststack.dev/revision";
-
 /// One recorded revision of a tuning.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recorded {

@@ -29,7 +29,7 @@ pub struct Config {
     #[arg(long, default_value = "0ms", value_parser = parse_duration)]
     pub step_delay: Duration,
     /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
-    #[arg(long, default_value = "0.0.0.0:9478")]
+    #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], hoststack_crds::AGENT_METRICS_PORT)))]
     pub metrics_bind_address: std::net::SocketAddr,
     /// bpffs directory under which the agent pins its XDP programs, links and maps, one
     /// directory per interface; pins outlive the agent, so a restart finds them. The agent
@@ -37,7 +37,7 @@ pub struct Config {
     #[arg(long, default_value = crate::appliers::xdp::DEFAULT_BPFFS_ROOT)]
     pub bpffs_root: PathBuf,
     /// Namespace of the agent's heartbeat Lease (the operator's namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "hoststack-system")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = hoststack_crds::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// How often the agent renews its heartbeat Lease; it stays valid for three intervals.
     #[arg(long, default_value = "10s", value_parser = parse_nonzero_duration)]

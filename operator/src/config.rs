@@ -9,7 +9,7 @@ use clap::Parser;
 #[command(version, about)]
 pub struct Args {
     /// Namespace of the operator's Lease and of the agent DaemonSet.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "hoststack-system")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = hoststack_crds::DEFAULT_NAMESPACE)]
     pub namespace: String,
     /// The operator's own Deployment, made the agent DaemonSet's owner so that deleting the
     /// Deployment (`helm uninstall`) garbage-collects the agents too. Unset: no owner.

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use hoststack_crds::AGENT_NODE_LABEL;
+use hoststack_crds::{AGENT_METRICS_PORT, AGENT_NODE_LABEL};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
 use serde_json::json;
@@ -21,10 +21,6 @@ pub const AGENT_NAME: &str = "hoststack-agent";
 
 /// Where the agent binary lives in the image.
 pub const AGENT_BINARY: &str = "/usr/local/bin/hoststack-agent";
-
-/// The port of the agent's /metrics endpoint (its default `--metrics-bind-address`), on the
-/// host's network.
-pub const AGENT_METRICS_PORT: u16 = 9478;
 
 /// The installer's choices for the agent pods: the operator's `--agent-*` flags.
 #[derive(clap::Args, Debug, Clone, PartialEq)]

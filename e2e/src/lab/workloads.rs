@@ -17,7 +17,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The agents' /metrics port (each agent has its node's address to itself).
-pub const AGENT_METRICS_PORT: u16 = 9478;
+pub const AGENT_METRICS_PORT: u16 = hoststack_crds::AGENT_METRICS_PORT;
 
 /// How long the operator, agents and helpers get between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);

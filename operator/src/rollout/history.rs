@@ -1,6 +1,6 @@
 //! Revision history: every node-config revision of a tuning is kept as a ControllerRevision in
 //! the operator's namespace, owned by the tuning, named `<tuning>-<revision>` and labelled
-//! `hoststack.dev/tuning=<tuning>`. A rollback reads the stable revision's config from here.
+//! [`HISTORY_TUNING_LABEL`]`=<tuning>`. A rollback reads the stable revision's config from here.
 //! The history is bounded: the newest [`HISTORY_LIMIT`] revisions are kept, and the current and
 //! stable ones always.
 //!
@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use hoststack_crds::{NetworkTuning, NodeConfig};
+use hoststack_crds::{NetworkTuning, NodeConfig, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -22,10 +22,6 @@ use crate::Result;
 
 /// Revisions kept per tuning.
 pub const HISTORY_LIMIT: usize = 10;
-/// The label naming a revision's tuning.
-pub const TUNING_LABEL: &str = "hoststack.dev/tuning";
-/// The label carrying a revision's hash.
-pub const REVISION_LABEL: &str = "hoststack.dev/revision";
 
 /// One recorded revision.
 #[derive(Clone, Debug, PartialEq)]
@@ -69,7 +65,7 @@ pub async fn sync(
     let api = Api::<ControllerRevision>::namespaced(client.clone(), namespace);
     let name = tuning.name_any();
     let listed = api
-        .list(&ListParams::default().labels(&format!("{TUNING_LABEL}={name}")))
+        .list(&ListParams::default().labels(&format!("{HISTORY_TUNING_LABEL}={name}")))
         .await?;
     let uid = tuning.uid();
     let (mine, earlier): (Vec<_>, Vec<_>) = listed
@@ -79,7 +75,7 @@ pub async fn sync(
     let mut history: History = mine
         .into_iter()
         .filter_map(|cr| {
-            let revision = cr.labels().get(REVISION_LABEL)?.clone();
+            let revision = cr.labels().get(HISTORY_REVISION_LABEL)?.clone();
             let config = serde_json::from_value(cr.data.0).ok()?;
             let entry = Entry {
                 name: cr.metadata.name?,
@@ -104,8 +100,8 @@ pub async fn sync(
                 name: Some(object_name.clone()),
                 namespace: Some(namespace.into()),
                 labels: Some(BTreeMap::from([
-                    (TUNING_LABEL.to_string(), name.clone()),
-                    (REVISION_LABEL.to_string(), revision.to_string()),
+                    (HISTORY_TUNING_LABEL.to_string(), name.clone()),
+                    (HISTORY_REVISION_LABEL.to_string(), revision.to_string()),
                 ])),
                 owner_references: tuning.controller_owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
@@ -146,7 +142,7 @@ pub async fn sync(
 pub async fn forget(client: &Client, namespace: &str, tuning: &str) -> Result<()> {
     let api = Api::<ControllerRevision>::namespaced(client.clone(), namespace);
     let listed = api
-        .list(&ListParams::default().labels(&format!("{TUNING_LABEL}={tuning}")))
+        .list(&ListParams::default().labels(&format!("{HISTORY_TUNING_LABEL}={tuning}")))
         .await?;
     for object in listed
         .items

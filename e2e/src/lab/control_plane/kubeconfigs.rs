@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Namespace of the operator's and agents' ServiceAccounts.
-pub const NAMESPACE: &str = "hoststack-system";
+pub const NAMESPACE: &str = hoststack_crds::DEFAULT_NAMESPACE;
 
 /// Whose credentials a kubeconfig carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
