@@ -1,5 +1,5 @@
-//! A real Prometheus (Debian's `prometheus` package) scraping a lab's operator and agents, and
-//! a small HTTP client for its query API and for /metrics endpoints.
+//! A real Prometheus (Debian's `prometheus` package) scraping a lab's operator and agents, asked
+//! with `hoststack-promql`'s blocking client, and a small HTTP GET for /metrics endpoints.
 //!
 //! Prometheus runs as a lab helper ([`Lab::spawn_helper`]), so it dies with the lab even when
 //! the test process is killed; dropping [`Prometheus`] stops it and removes its directory.
@@ -10,10 +10,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use hoststack_promql::{blocking, Data, Endpoint};
+
 use crate::{Error, Lab, Result};
+
+pub use hoststack_promql::Sample;
 
 /// How often Prometheus scrapes every target.
 pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long one query may take.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A Prometheus server scraping the lab: job `hoststack-operator` (the operator's /metrics) and
 /// job `hoststack-agent` (every agent's, with the target label `node=<node>`, as a
@@ -22,15 +29,7 @@ pub struct Prometheus<'lab> {
     lab: &'lab Lab,
     addr: SocketAddr,
     dir: PathBuf,
-}
-
-/// One series of a query result.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sample {
-    /// The series' labels (`__name__` included when the result keeps it).
-    pub labels: BTreeMap<String, String>,
-    /// Its value at the query's time (NaN and infinities included as Prometheus sent them).
-    pub value: f64,
+    client: blocking::Client,
 }
 
 impl<'lab> Prometheus<'lab> {
@@ -49,7 +48,17 @@ impl<'lab> Prometheus<'lab> {
         let addr = std::net::TcpListener::bind((lab.loopback_ip(), 0))
             .and_then(|l| l.local_addr())
             .map_err(|e| Error::io("finding a free port for prometheus", e))?;
-        let prometheus = Prometheus { lab, addr, dir };
+        let endpoint =
+            Endpoint::parse(&format!("http://{addr}")).map_err(|e| Error::Setup(e.to_string()))?;
+        let client = blocking::Client::new(endpoint)
+            .map_err(|e| Error::io("starting the Prometheus client's runtime", e))?
+            .with_timeout(QUERY_TIMEOUT);
+        let prometheus = Prometheus {
+            lab,
+            addr,
+            dir,
+            client,
+        };
         lab.spawn_helper(
             "prometheus",
             &[
@@ -103,45 +112,14 @@ impl<'lab> Prometheus<'lab> {
     /// Evaluates `expr` at `time` (Unix seconds; now when `None`) with `/api/v1/query`. An
     /// expression Prometheus rejects, or any other failure, is an `Err` with its message.
     pub fn query(&self, expr: &str, time: Option<f64>) -> std::result::Result<Vec<Sample>, String> {
-        let mut path = format!("/api/v1/query?query={}", url_encode(expr));
-        if let Some(t) = time {
-            path.push_str(&format!("&time={t:.3}"));
-        }
-        let (status, body) = http_get(self.addr, &path, None).map_err(|e| e.to_string())?;
-        let json: serde_json::Value = serde_json::from_str(&body)
-            .map_err(|e| format!("HTTP {status}, not JSON ({e}): {body}"))?;
-        if json["status"] != "success" {
-            return Err(format!(
-                "{}: {}",
-                json["errorType"].as_str().unwrap_or("error"),
-                json["error"].as_str().unwrap_or(&body)
-            ));
-        }
-        let data = &json["data"];
-        let value = |v: &serde_json::Value| -> f64 {
-            v[1].as_str()
-                .map_or(f64::NAN, |s| s.parse().unwrap_or(f64::NAN))
-        };
-        match data["resultType"].as_str() {
-            Some("vector") => Ok(data["result"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|s| Sample {
-                    labels: s["metric"]
-                        .as_object()
-                        .into_iter()
-                        .flatten()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                        .collect(),
-                    value: value(&s["value"]),
-                })
-                .collect()),
-            Some("scalar") => Ok(vec![Sample {
+        match self.client.query(expr, time).map_err(|e| e.to_string())? {
+            Data::Vector(samples) => Ok(samples),
+            Data::Scalar { time, value } => Ok(vec![Sample {
                 labels: BTreeMap::new(),
-                value: value(&data["result"]),
+                time,
+                value,
             }]),
-            other => Err(format!("unexpected result type {other:?}")),
+            other => Err(format!("unexpected result type {:?}", other.kind())),
         }
     }
 
@@ -199,19 +177,6 @@ pub fn http_get(
     Ok((status, body.to_string()))
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters.
-fn url_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// The `/metrics` text at `addr`, when it answers 200.
 pub fn scrape(addr: SocketAddr) -> Option<String> {
     let (status, body) = http_get(addr, "/metrics", None).ok()?;
@@ -222,15 +187,4 @@ pub fn scrape(addr: SocketAddr) -> Option<String> {
 pub fn sample(text: &str, series: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn url_encoding() {
-        assert_eq!(
-            super::url_encode("rate(x{a=\"b\"}[5s]) / 2"),
-            "rate%28x%7Ba%3D%22b%22%7D%5B5s%5D%29%20%2F%202"
-        );
-    }
 }

@@ -147,7 +147,7 @@ pub struct Report {
     pub tuning: String,
     /// The Prometheus server that scrapes the agents (`http://host:port[/prefix]`).
     #[arg(long, value_parser = prometheus_url)]
-    pub prometheus: crate::prometheus::Server,
+    pub prometheus: hoststack_promql::Endpoint,
     /// Where to write the picture (an .svg file).
     #[arg(long, value_parser = svg_path)]
     pub out: std::path::PathBuf,
@@ -160,8 +160,11 @@ pub struct Report {
     pub since: Option<std::time::Duration>,
 }
 
-fn prometheus_url(url: &str) -> Result<crate::prometheus::Server, String> {
-    crate::prometheus::Server::parse(url)
+fn prometheus_url(url: &str) -> Result<hoststack_promql::Endpoint, String> {
+    hoststack_promql::Endpoint::parse(url).map_err(|e| match e {
+        hoststack_promql::Error::Address { address, reason } => format!("{address:?}: {reason}"),
+        other => other.to_string(),
+    })
 }
 
 fn svg_path(path: &str) -> Result<std::path::PathBuf, String> {
@@ -289,7 +292,7 @@ mod tests {
         let Command::Report(r) = cli.command else {
             panic!("not report: {:?}", cli.command)
         };
-        assert_eq!(r.prometheus.authority, "127.0.0.1:9090");
+        assert_eq!(r.prometheus.authority(), "127.0.0.1:9090");
         assert_eq!(r.since, Some(std::time::Duration::from_secs(5400)));
         assert_eq!(r.data, None);
         for bad in [

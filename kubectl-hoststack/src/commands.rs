@@ -259,16 +259,23 @@ async fn report(client: &Client, args: &crate::cli::Report) -> Result<()> {
         .map_err(|e| Error::Invalid(format!("the clock is before 1970: {e}")))?
         .as_secs_f64();
     let span = report::span(&markers, now, args.since.map(|d| d.as_secs_f64()));
+    let prometheus = hoststack_promql::Client::new(args.prometheus.clone());
+    let range = hoststack_promql::Range {
+        start: span.start,
+        end: span.end,
+        step: span.step as f64,
+    };
     let mut panels = Vec::new();
     for metric in &report::METRICS {
         let query = report::query(metric, &args.tuning, span.rate_window);
-        let data = args
-            .prometheus
-            .query_range(&query, span.start, span.end, span.step as f64)?;
+        let matrix = prometheus
+            .query_range(&query, range)
+            .await
+            .map_err(|e| Error::from_prometheus(e, &format!("the range query {query:?}")))?;
         panels.push(Panel {
             title: metric.title.to_string(),
             query,
-            series: report::series(&data)?,
+            series: report::series(matrix),
         });
     }
     let report = Report {

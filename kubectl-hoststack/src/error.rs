@@ -98,6 +98,21 @@ impl Error {
             },
         }
     }
+
+    /// Classifies a Prometheus client error that happened while asking `what` (e.g. `the range
+    /// query "up"`): no answer is [`Error::PrometheusUnreachable`] naming the server, any other
+    /// failure [`Error::PrometheusRefused`].
+    pub fn from_prometheus(error: hoststack_promql::Error, what: &str) -> Self {
+        match error {
+            hoststack_promql::Error::Unreachable { url, reason } => {
+                Error::PrometheusUnreachable(format!("{url}: {reason}"))
+            }
+            hoststack_promql::Error::Timeout { url, after } => {
+                Error::PrometheusUnreachable(format!("{url}: no answer within {after:?}"))
+            }
+            other => Error::PrometheusRefused(format!("{what}: {other}")),
+        }
+    }
 }
 
 /// An error with its sources, `a: b: c`, so that "connection refused" is not hidden.
@@ -159,5 +174,48 @@ mod tests {
         assert!(e.to_string().contains("CRDs installed"), "{e}");
         let e = Error::from_kube(api(409, "conflict"), "patching", missing);
         assert_eq!(e.exit_code(), EXIT_ERROR);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_prometheus_is_named_and_exits_1() {
+        // A port nothing listens on: bind one, learn its number, and close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let endpoint =
+            hoststack_promql::Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        let range = hoststack_promql::Range {
+            start: 0.0,
+            end: 1.0,
+            step: 1.0,
+        };
+        let e = hoststack_promql::Client::new(endpoint)
+            .query_range("up", range)
+            .await
+            .unwrap_err();
+        let e = Error::from_prometheus(e, "the range query \"up\"");
+        assert_eq!(e.exit_code(), EXIT_ERROR);
+        assert!(
+            e.to_string().starts_with(&format!(
+                "Prometheus unreachable: http://127.0.0.1:{port}: "
+            )),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_refused_query_names_the_query_and_prometheus_message() {
+        let refused = hoststack_promql::decode(
+            br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#,
+        )
+        .unwrap_err();
+        let e = Error::from_prometheus(refused, "the range query \"up(\"");
+        assert_eq!(e.exit_code(), EXIT_ERROR);
+        assert_eq!(
+            e.to_string(),
+            "Prometheus refused the range query \"up(\": bad_data: parse error"
+        );
     }
 }

@@ -5,8 +5,8 @@
 //! - [`undo`]: which recorded revision undo goes back to, and the patch that does it.
 //! - [`plan`]: a tuning's selection and the per-node diff of the agents' previews, with
 //!   [`preview`] asking the agents (NodeTuning `spec.preview`) and collecting their answers.
-//! - [`report`]: the rollout over time from Prometheus, as series, markers and an SVG;
-//!   [`prometheus`]: the small HTTP client for its range API.
+//! - [`report`]: the rollout over time from Prometheus (asked with `hoststack-promql`'s range
+//!   queries), as series, markers and an SVG.
 //! - [`cluster`]: the I/O with the API server; [`commands`]: each command as a thin shell.
 //! - [`cli`]: the command line; [`error`]: errors and exit codes.
 
@@ -16,7 +16,6 @@ pub mod commands;
 pub mod error;
 pub mod plan;
 pub mod preview;
-pub mod prometheus;
 pub mod render;
 pub mod report;
 pub mod steer;

@@ -1,12 +1,12 @@
 //! `report`: a picture of a rollout over time. Pure steps: which span and step to ask
-//! Prometheus for, the Rollout dashboard's queries, Prometheus' range answers and the tuning's
-//! status → series and markers ([`Report`]), and the report → an SVG of three stacked panels.
+//! Prometheus for, the Rollout dashboard's queries, Prometheus' range answers (decoded by
+//! `hoststack-promql`) and the tuning's status → series and markers ([`Report`]), and the
+//! report → an SVG of three stacked panels.
 
 use hoststack_crds::{NetworkTuningStatus, Phase};
 use k8s_openapi::jiff::Timestamp;
 use plotters::prelude::*;
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::error::{Error, Result};
 
@@ -113,36 +113,26 @@ pub struct Series {
     pub points: Vec<[f64; 2]>,
 }
 
-/// The series of a range query's `data` (a `matrix`), one per phase, sorted by phase.
-pub fn series(data: &Value) -> Result<Vec<Series>> {
-    let bad = |why: &str| Error::PrometheusRefused(format!("a usable answer: {why}"));
-    if data["resultType"] != "matrix" {
-        return Err(bad(&format!(
-            "result type {} instead of matrix",
-            data["resultType"]
-        )));
-    }
-    let mut out = Vec::new();
-    for s in data["result"].as_array().ok_or_else(|| bad("no result"))? {
-        let phase = s["metric"]["phase"].as_str().unwrap_or("(no phase)");
-        let mut points = Vec::new();
-        for v in s["values"].as_array().ok_or_else(|| bad("no values"))? {
-            let t = v[0].as_f64().ok_or_else(|| bad("a time is not a number"))?;
-            let value: f64 = v[1]
-                .as_str()
-                .and_then(|x| x.parse().ok())
-                .ok_or_else(|| bad("a value is not a number"))?;
-            if value.is_finite() {
-                points.push([t, value]);
-            }
-        }
-        out.push(Series {
-            phase: phase.to_string(),
-            points,
-        });
-    }
+/// The series of a range query's matrix, one per phase, sorted by phase.
+pub fn series(matrix: Vec<hoststack_promql::Series>) -> Vec<Series> {
+    let mut out: Vec<Series> = matrix
+        .into_iter()
+        .map(|s| Series {
+            phase: s
+                .labels
+                .get("phase")
+                .map_or("(no phase)", String::as_str)
+                .to_string(),
+            points: s
+                .points
+                .into_iter()
+                .filter(|(_, value)| value.is_finite())
+                .map(|(t, value)| [t, value])
+                .collect(),
+        })
+        .collect();
     out.sort_by(|a, b| a.phase.cmp(&b.phase));
-    Ok(out)
+    out
 }
 
 /// What a marker marks.
@@ -381,7 +371,7 @@ mod tests {
     use super::*;
     use hoststack_crds::WaveStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn status() -> NetworkTuningStatus {
         let condition = |type_: &str, reason: &str, at: &str| Condition {
@@ -508,6 +498,11 @@ mod tests {
 
     #[test]
     fn range_answers_become_series_per_phase_without_nan() {
+        // The answer's data as Prometheus sends it, decoded as the client does.
+        let matrix = |data: Value| {
+            let answer = json!({"status": "success", "data": data});
+            hoststack_promql::decode(answer.to_string().as_bytes())?.into_matrix()
+        };
         let data = json!({
             "resultType": "matrix",
             "result": [
@@ -515,7 +510,7 @@ mod tests {
                 {"metric": {"phase": "baseline"}, "values": [[T0, "0.001"], [T0 + 1.0, "+Inf"]]},
             ]
         });
-        let s = series(&data).unwrap();
+        let s = series(matrix(data).unwrap());
         assert_eq!(
             s,
             [
@@ -529,10 +524,10 @@ mod tests {
                 },
             ]
         );
-        let e = series(&json!({"resultType": "vector", "result": []})).unwrap_err();
+        let e = matrix(json!({"resultType": "vector", "result": []})).unwrap_err();
         assert!(e.to_string().contains("instead of matrix"), "{e}");
-        let e = series(
-            &json!({"resultType": "matrix", "result": [{"metric": {}, "values": [[T0, "x"]]}]}),
+        let e = matrix(
+            json!({"resultType": "matrix", "result": [{"metric": {}, "values": [[T0, "x"]]}]}),
         )
         .unwrap_err();
         assert!(e.to_string().contains("not a number"), "{e}");

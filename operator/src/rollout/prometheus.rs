@@ -6,20 +6,9 @@
 //! meets the failure condition, passes when all meet the success condition, and is inconclusive
 //! otherwise, or when the query fails or returns nothing.
 
-use std::time::Duration;
-
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use serde::Deserialize;
+use hoststack_promql::{Client, Data, Endpoint};
 
 use super::planner::Verdict;
-
-/// How long a query may take.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest response read.
-const MAX_RESPONSE_BYTES: usize = 4 << 20;
 
 /// The query with the node sets filled in.
 pub fn render(query: &str, judged: &[String], baseline: &[String]) -> String {
@@ -92,53 +81,24 @@ impl Condition {
     }
 }
 
-#[derive(Deserialize)]
-struct Response {
-    status: String,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    data: Option<Data>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Data {
-    result_type: String,
-    result: serde_json::Value,
-}
-
-#[derive(Deserialize)]
-struct Series {
-    value: (f64, String),
-}
-
 /// The values of an instant query's answer: one per series (a scalar is one value).
-pub fn values(body: &[u8]) -> Result<Vec<f64>, String> {
-    let r: Response =
-        serde_json::from_slice(body).map_err(|e| format!("not a Prometheus answer: {e}"))?;
-    if r.status != "success" {
-        return Err(r.error.unwrap_or_else(|| format!("status {}", r.status)));
-    }
-    let data = r.data.ok_or("the answer has no data")?;
-    let parse = |s: &str| {
-        s.parse::<f64>()
-            .map_err(|_| format!("{s:?} is not a number"))
-    };
-    match data.result_type.as_str() {
-        "vector" => {
-            let series: Vec<Series> = serde_json::from_value(data.result)
-                .map_err(|e| format!("unexpected vector: {e}"))?;
-            series.iter().map(|s| parse(&s.value.1)).collect()
-        }
-        "scalar" => {
-            let (_, v): (f64, String) = serde_json::from_value(data.result)
-                .map_err(|e| format!("unexpected scalar: {e}"))?;
-            Ok(vec![parse(&v)?])
-        }
+fn values(data: Data) -> Result<Vec<f64>, String> {
+    match data {
+        Data::Vector(samples) => Ok(samples.iter().map(|s| s.value).collect()),
+        Data::Scalar { value, .. } => Ok(vec![value]),
         other => Err(format!(
-            "a {other} result cannot be judged; use an instant vector"
+            "a {} result cannot be judged; use an instant vector",
+            other.kind()
         )),
+    }
+}
+
+/// What a failed query says in the gate's verdict: Prometheus' own message when it refused
+/// the query, else what went wrong on the way.
+fn failure(error: hoststack_promql::Error) -> String {
+    match error {
+        hoststack_promql::Error::Refused { message, .. } => message,
+        other => other.to_string(),
     }
 }
 
@@ -176,39 +136,18 @@ pub fn judge(values: &[f64], success: &str, failure: Option<&str>) -> Verdict {
 
 /// Runs an instant query against `address` (plain HTTP) and returns its values.
 pub async fn query(address: &str, promql: &str) -> Result<Vec<f64>, String> {
-    let url = format!(
-        "{}/api/v1/query?query={}",
-        address.trim_end_matches('/'),
-        percent_encoding::utf8_percent_encode(promql, percent_encoding::NON_ALPHANUMERIC)
-    );
-    let uri: hyper::Uri = url
-        .parse()
-        .map_err(|e| format!("bad Prometheus address {address:?}: {e}"))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let fetch = async {
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|e| format!("Prometheus at {address} unreachable: {e}"))?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| format!("reading Prometheus' answer: {e}"))?
-            .to_bytes();
-        match values(&body) {
-            Err(e) if !status.is_success() => Err(format!("Prometheus answered {status}: {e}")),
-            other => other,
-        }
-    };
-    tokio::time::timeout(QUERY_TIMEOUT, fetch)
+    let endpoint = Endpoint::parse(address).map_err(failure)?;
+    let data = Client::new(endpoint)
+        .query(promql, None)
         .await
-        .map_err(|_| format!("Prometheus at {address} did not answer within {QUERY_TIMEOUT:?}"))?
+        .map_err(failure)?;
+    values(data)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hoststack_promql::decode;
 
     #[test]
     fn placeholders_become_node_regexes() {
@@ -241,17 +180,19 @@ mod tests {
 
     #[test]
     fn answers_parse_into_values() {
+        // An answer's body decoded as the client does, then read as the gate does.
+        let read = |body: &[u8]| decode(body).map_err(failure).and_then(values);
         let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1.5,"0.25"]},{"metric":{"a":"b"},"value":[1.5,"NaN"]}]}}"#;
-        let v = values(vector).unwrap();
+        let v = read(vector).unwrap();
         assert_eq!(v[0], 0.25);
         assert!(v[1].is_nan());
         let scalar = br#"{"status":"success","data":{"resultType":"scalar","result":[1.5,"3"]}}"#;
-        assert_eq!(values(scalar).unwrap(), vec![3.0]);
+        assert_eq!(read(scalar).unwrap(), vec![3.0]);
         let error = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
-        assert_eq!(values(error).unwrap_err(), "parse error");
+        assert_eq!(read(error).unwrap_err(), "parse error");
         let matrix = br#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#;
-        assert!(values(matrix).unwrap_err().contains("instant vector"));
-        assert!(values(b"<html>").is_err());
+        assert!(read(matrix).unwrap_err().contains("instant vector"));
+        assert!(read(b"<html>").is_err());
     }
 
     #[test]
