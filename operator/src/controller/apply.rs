@@ -1,0 +1,494 @@
+//! The decision for a live tuning: one planning step of its rollout, each governed node's
+//! spec, the specs withdrawn from nodes no tuning selects any more, the agent labels, the
+//! status and the events. Pure: [`prepare`] reads the snapshot and says what the reconcile
+//! needs from outside (the revision history to sync, the analysis gate to ask), and
+//! [`Apply::decide`] turns those answers into a [`Decision`]. The rollout planner
+//! ([`crate::rollout::planner`]) makes the step; this module gathers its input and writes its
+//! outcome down.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hoststack_crds::{
+    AnalysisStatus, NetworkTuning, NetworkTuningStatus, NodeConfig, Phase, ABORT_ANNOTATION,
+    CANARY_LABEL, PROMOTE_ANNOTATION,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::events::EventType;
+use kube::ResourceExt;
+
+use super::decision::{Announcement, Decision, Gauges, Next, SpecWrite, Why};
+use super::snapshot::Snapshot;
+use super::writes::{agent_labels, node_spec, withdrawn_spec};
+use crate::rollout::gate;
+use crate::rollout::history::History;
+use crate::rollout::nodes;
+use crate::rollout::planner::{self, NodeView, Progress, Report, State, Verdict};
+use crate::rollout::progress;
+use crate::rollout::strategy::{self, Gate, Resolved};
+use crate::selection::TuningNodes;
+use crate::status::{aggregate, condition, node_applied, node_failure, set_condition, Observed};
+
+/// How often a settled tuning is reconciled anyway.
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// How often a rollout whose wave is being judged looks again.
+pub const JUDGING_POLL: Duration = Duration::from_secs(2);
+
+/// The gate's answer about the wave in flight: the verdict and the analysis its status shows.
+pub type Judgement = (Verdict, Option<AnalysisStatus>);
+
+/// A live tuning's reconcile, prepared from the snapshot.
+pub struct Apply<'a> {
+    tuning: &'a NetworkTuning,
+    snap: &'a Snapshot,
+    name: String,
+    mine: TuningNodes,
+    revision: String,
+    resolved: Resolved,
+    restored: Progress,
+}
+
+/// Prepares the reconcile of `tuning`; an invalid rollout section is decided at once (Degraded,
+/// nothing changes on any node).
+pub fn prepare<'a>(
+    tuning: &'a NetworkTuning,
+    snap: &'a Snapshot,
+) -> Result<Apply<'a>, Box<Decision>> {
+    let mine = snap.assignment.nodes_of(tuning, &snap.nodes);
+    let revision = tuning.spec.config.revision();
+    let resolved = strategy::resolve(tuning.spec.rollout.as_ref(), mine.governed.len())
+        .map_err(|message| Box::new(invalid_rollout(tuning, &snap.now, message)))?;
+    let restored = progress::restore(
+        tuning.status.as_ref(),
+        &revision,
+        tuning.metadata.generation,
+    );
+    Ok(Apply {
+        tuning,
+        snap,
+        name: tuning.name_any(),
+        mine,
+        revision,
+        resolved,
+        restored,
+    })
+}
+
+impl<'a> Apply<'a> {
+    /// The revision of the tuning's spec (the one the history records).
+    pub fn revision(&self) -> &str {
+        &self.revision
+    }
+
+    /// The rollout's stable revision (the history keeps it).
+    pub fn stable(&self) -> Option<&str> {
+        self.restored.stable.as_deref()
+    }
+
+    /// What the gate is to judge, when the rollout is live (progressing or paused); a finished
+    /// one keeps the judgement it ended with.
+    pub fn gate(&self) -> Option<gate::Input<'_>> {
+        let live = matches!(self.restored.state, State::Progressing | State::Paused(_));
+        live.then(|| gate::Input {
+            name: &self.name,
+            resolved: &self.resolved,
+            analysis: self.analysis(),
+            progress: &self.restored,
+            governed: &self.mine.governed,
+            node_tunings: &self.snap.node_tunings,
+            promote: self
+                .tuning
+                .annotations()
+                .get(PROMOTE_ANNOTATION)
+                .map(String::as_str),
+            now: self.snap.now_secs(),
+        })
+    }
+
+    /// `spec.rollout.analysis`.
+    fn analysis(&self) -> Option<&'a hoststack_crds::Analysis> {
+        self.tuning
+            .spec
+            .rollout
+            .as_ref()
+            .and_then(|r| r.analysis.as_ref())
+    }
+
+    /// One planning step with the recorded `history` and the gate's `judgement` (a pending
+    /// verdict when [`Apply::gate`] had nothing to judge).
+    pub fn decide(&self, history: &History, judgement: Judgement) -> Decision {
+        let (tuning, snap, restored) = (self.tuning, self.snap, &self.restored);
+        let (verdict, judged) = judgement;
+        let views = self.views();
+        // An agent that is alive but has not reported yet (its node just got a NodeTuning)
+        // answers within moments: wait for it, so that the first wave is picked from every node
+        // that can take part (a labelled canary among them).
+        let discovering = self.mine.governed.iter().any(|n| {
+            snap.alive.contains(n)
+                && snap
+                    .node_tunings
+                    .get(n)
+                    .is_none_or(|nt| nt.status.is_none())
+        });
+        let abort = tuning
+            .annotations()
+            .get(ABORT_ANNOTATION)
+            .map(String::as_str);
+        let step = if let Some(back) = gate::aborted(restored, abort) {
+            // Rolled back by hand: every node to the stable revision at once.
+            planner::hold(&back, &views)
+        } else if !discovering && views.iter().any(|v| v.available) {
+            planner::plan(
+                &self.resolved.strategy,
+                restored,
+                &views,
+                &verdict,
+                snap.now_secs(),
+            )
+        } else {
+            // Agents still to report (a new tuning, or new nodes): nothing moves; the nodes get
+            // their NodeTuning and the rollout goes on once they answer.
+            planner::Decision {
+                requeue_after: Some(JUDGING_POLL.as_secs()),
+                ..planner::hold(restored, &views)
+            }
+        };
+        let sampling = match self.resolved.gate {
+            Gate::Analysis if self.analysis().is_some_and(|a| !a.thresholds.is_empty()) => {
+                nodes::health_request(&step.progress, self.resolved.window)
+            }
+            _ => None,
+        };
+        let plans = nodes::plan_nodes(&step, sampling.as_ref());
+        let status = rollout_status(
+            tuning,
+            &self.mine,
+            snap,
+            &step,
+            restored.waves.len(),
+            judged,
+        );
+
+        let mut specs = Vec::new();
+        let mut unknown_revisions = Vec::new();
+        let config_of = |r: &str| -> Option<NodeConfig> {
+            if r == self.revision {
+                return Some(tuning.spec.config.clone());
+            }
+            history.get(r).map(|e| e.config.clone()).or_else(|| {
+                snap.node_tunings
+                    .values()
+                    .find(|nt| nt.spec.revision.as_deref() == Some(r))
+                    .and_then(|nt| nt.spec.config.clone())
+            })
+        };
+        for (node, plan) in &plans {
+            let spec = match plan.revision.as_deref() {
+                None => node_spec(&self.name, None, plan),
+                Some(r) => match config_of(r) {
+                    Some(c) => node_spec(&self.name, Some((r, &c)), plan),
+                    None => {
+                        unknown_revisions.push((node.clone(), r.to_string()));
+                        continue;
+                    }
+                },
+            };
+            // A preview (`kubectl hoststack plan`) is not the operator's: it neither sets nor
+            // compares it, and its server-side apply leaves it alone.
+            let current = snap
+                .node_tunings
+                .get(node)
+                .map(|nt| nt.spec.without_preview());
+            if current.as_ref() != Some(&spec) {
+                specs.push(SpecWrite {
+                    node: node.clone(),
+                    spec,
+                    why: Why::Assign,
+                });
+            }
+        }
+        // Nodes this tuning gave a spec to and that no tuning governs any more get theirs
+        // withdrawn; nodes another tuning now governs are rewritten by that tuning's reconcile.
+        for (node, nt) in &snap.node_tunings {
+            let ours = nt.spec.tuning.as_deref() == Some(self.name.as_str());
+            if ours && !snap.assignment.governor.contains_key(node) {
+                specs.push(SpecWrite {
+                    node: node.clone(),
+                    spec: withdrawn_spec(),
+                    why: Why::Unselected,
+                });
+            }
+        }
+
+        let events = announce(tuning.status.as_ref(), &status);
+        let requeue = match &step.progress.state {
+            State::Progressing | State::Paused(_) if self.resolved.strategy.judged => JUDGING_POLL,
+            _ => step
+                .requeue_after
+                .map(Duration::from_secs)
+                .map_or(RESYNC, |d| d.min(RESYNC)),
+        };
+        Decision {
+            status: Some(status),
+            gauges: Gauges::Show,
+            specs,
+            unknown_revisions,
+            agent_labels: agent_labels(snap),
+            forget_history: false,
+            events,
+            next: Next::Requeue(requeue),
+        }
+    }
+
+    /// The governed nodes as the planner sees them.
+    fn views(&self) -> Vec<NodeView> {
+        let snap = self.snap;
+        let labels: BTreeMap<&str, &BTreeMap<String, String>> = snap
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), &n.labels))
+            .collect();
+        self.mine
+            .governed
+            .iter()
+            .map(|node| NodeView {
+                name: node.clone(),
+                canary_label: labels
+                    .get(node.as_str())
+                    .and_then(|l| l.get(CANARY_LABEL))
+                    .is_some_and(|v| v == "true"),
+                // An agent that never reported, or whose heartbeat expired, cannot apply or be
+                // judged: it is not rolled onto.
+                available: snap.alive.contains(node)
+                    && snap
+                        .node_tunings
+                        .get(node)
+                        .is_some_and(|nt| nt.status.is_some()),
+                report: report(snap, node, &self.restored.revision),
+            })
+            .collect()
+    }
+}
+
+/// What `node`'s agent reports about `revision`.
+fn report(snap: &Snapshot, node: &str, revision: &str) -> Report {
+    let nt = snap.node_tunings.get(node);
+    match node_failure(nt, revision) {
+        Some(why) => Report::Failed(why),
+        None if node_applied(nt, revision) => Report::Applied,
+        None => Report::Pending,
+    }
+}
+
+/// The tuning's status: the nodes' counts and conditions, with the rollout's phase, waves and
+/// stable revision.
+fn rollout_status(
+    tuning: &NetworkTuning,
+    mine: &TuningNodes,
+    snap: &Snapshot,
+    step: &planner::Decision,
+    judged_wave: usize,
+    judged: Option<AnalysisStatus>,
+) -> NetworkTuningStatus {
+    let now = &snap.now;
+    let previous = tuning.status.as_ref();
+    let revision = step.progress.revision.as_str();
+    let mut status = aggregate(&Observed {
+        generation: tuning.metadata.generation,
+        revision,
+        nodes: mine,
+        node_tunings: &snap.node_tunings,
+        previous,
+        now: now.clone(),
+    });
+    let p = &step.progress;
+    let (phase, message) = progress::phase_of(&p.state);
+    let in_flight = p.waves.len().checked_sub(1);
+    // The verdict was reached on the wave that was in flight before this step.
+    let judged_wave = judged_wave.checked_sub(1);
+    let same_rollout = previous.and_then(|s| s.current_revision.as_deref()) == Some(revision);
+    status.waves = progress::record_waves(
+        p,
+        |node| report(snap, node, &p.revision),
+        |i| {
+            if Some(i) == judged_wave && judged.is_some() {
+                return judged.clone();
+            }
+            previous
+                .filter(|_| same_rollout)
+                .and_then(|s| s.waves.get(i))
+                .and_then(|w| w.analysis.clone())
+        },
+    );
+    status.phase = Some(phase);
+    status.message = message.clone();
+    status.stable_revision = p.stable.clone();
+    status.updated_nodes = match p.state {
+        State::RolledBack(_) => 0,
+        _ => p.updated().len() as i32,
+    };
+    let g = tuning.metadata.generation;
+    let cond = |t: &str, s: bool, r: &str, m: String| condition(previous, t, s, r, m, g, now);
+    let why = message.unwrap_or_default();
+    match &p.state {
+        State::Progressing => {
+            if let (Some(i), Some(wave)) = (in_flight, p.waves.last()) {
+                let what = if i == 0 { "canary" } else { "wave" };
+                let m = format!(
+                    "{what} {i} of revision {revision} on {}",
+                    wave.nodes.join(", ")
+                );
+                set_condition(
+                    &mut status.conditions,
+                    cond("Progressing", true, "RollingOut", m),
+                );
+            }
+        }
+        State::Complete => {}
+        State::Paused(_) => {
+            let reason = if why.starts_with("analysis inconclusive") {
+                "AnalysisInconclusive"
+            } else {
+                "Paused"
+            };
+            set_condition(
+                &mut status.conditions,
+                cond("Progressing", false, reason, why.clone()),
+            );
+        }
+        State::RolledBack(_) => {
+            set_condition(
+                &mut status.conditions,
+                cond("Progressing", false, "RolledBack", why.clone()),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond("Degraded", true, "RolledBack", why.clone()),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    "Ready",
+                    false,
+                    "RolledBack",
+                    format!(
+                        "revision {revision} was rolled back; a new spec generation tries again"
+                    ),
+                ),
+            );
+        }
+        State::Halted(_) => {
+            set_condition(
+                &mut status.conditions,
+                cond("Progressing", false, "Halted", why.clone()),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond("Degraded", true, "Halted", why.clone()),
+            );
+        }
+    }
+    if !matches!(p.state, State::Complete) {
+        if let Some(ready) = status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+            if ready.status == "True" {
+                *ready = cond(
+                    "Ready",
+                    false,
+                    "RollingOut",
+                    format!("revision {revision} is not on every node yet"),
+                );
+            }
+        }
+    }
+    status
+}
+
+/// The decision for an invalid rollout section: Degraded, nothing changes on any node.
+fn invalid_rollout(tuning: &NetworkTuning, now: &Time, message: String) -> Decision {
+    let mut status = tuning.status.clone().unwrap_or_default();
+    set_condition(
+        &mut status.conditions,
+        condition(
+            tuning.status.as_ref(),
+            "Degraded",
+            true,
+            "InvalidRollout",
+            message.clone(),
+            tuning.metadata.generation,
+            now,
+        ),
+    );
+    let changed = tuning.status.as_ref() != Some(&status);
+    let mut decision = Decision::report(status);
+    if changed {
+        decision.events.push(Announcement::reconcile(
+            EventType::Warning,
+            "InvalidRollout",
+            message,
+        ));
+    }
+    decision
+}
+
+/// Events for what changed from `previous` to `status`: a wave started, a pause, a rollback, a
+/// halt, completion, a conflict.
+fn announce(
+    previous: Option<&NetworkTuningStatus>,
+    status: &NetworkTuningStatus,
+) -> Vec<Announcement> {
+    let mut events = Vec::new();
+    let message_of = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    let revision = status.current_revision.as_deref().unwrap_or_default();
+    let same_rollout =
+        previous.and_then(|s| s.current_revision.as_ref()) == status.current_revision.as_ref();
+    let waves_before = previous
+        .filter(|_| same_rollout)
+        .map_or(0, |s| s.waves.len());
+    if status.waves.len() > waves_before && status.phase == Some(Phase::Progressing) {
+        let wave = &status.waves[status.waves.len() - 1];
+        events.push(Announcement {
+            type_: EventType::Normal,
+            reason: "WaveStarted",
+            action: format!("Rollout/{revision}/wave{}", wave.index),
+            note: format!(
+                "wave {} of revision {revision} started on {}",
+                wave.index,
+                wave.nodes.join(", ")
+            ),
+        });
+    }
+    let message = status.message.clone().unwrap_or_default();
+    if status.phase != previous.and_then(|s| s.phase) {
+        let event = match status.phase {
+            Some(Phase::Complete) => Some((EventType::Normal, "Applied", message_of("Ready"))),
+            Some(Phase::RolledBack) => Some((EventType::Warning, "RolledBack", message)),
+            Some(Phase::Failed) => Some((EventType::Warning, "Halted", message)),
+            Some(Phase::Paused) => Some((EventType::Normal, "Paused", message)),
+            _ => None,
+        };
+        if let Some((type_, reason, note)) = event {
+            events.push(Announcement {
+                type_,
+                reason,
+                action: format!("Rollout/{revision}"),
+                note,
+            });
+        }
+    }
+    let had_conflict = previous.is_some_and(|s| !s.conflicts.is_empty());
+    if !status.conflicts.is_empty() && !had_conflict {
+        events.push(Announcement::reconcile(
+            EventType::Warning,
+            "Conflict",
+            message_of("Conflict"),
+        ));
+    }
+    events
+}

@@ -1,0 +1,143 @@
+//! The thin shell that carries a [`Decision`] out against the API server, in the order of its
+//! fields: the status, the gauges, the NodeTuning specs (server-side apply), the agent labels,
+//! the revision history, the events (a failure to record one is logged, never fatal), and what
+//! happens next. It decides nothing.
+
+use hoststack_crds::{
+    NetworkTuning, NetworkTuningStatus, NodeTuning, AGENT_NODE_LABEL, OPERATOR_FIELD_MANAGER,
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::Event;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, instrument, warn};
+
+use super::decision::{Announcement, Decision, Gauges, Next, SpecWrite};
+use super::writes::AgentLabel;
+use super::Context;
+use crate::rollout::history;
+use crate::{Error, Result};
+
+/// Carries out `decision` about `tuning`; the first failed write stops it (the reconcile is
+/// retried).
+pub async fn carry_out(
+    ctx: &Context,
+    tuning: &NetworkTuning,
+    decision: Decision,
+) -> Result<Action> {
+    let name = tuning.name_any();
+    if let Some(status) = &decision.status {
+        write_status(&ctx.client, tuning, status).await?;
+    }
+    match (decision.gauges, &decision.status) {
+        (Gauges::Show, Some(status)) => ctx.metrics.observe_status(&name, status),
+        (Gauges::Forget, _) => ctx.metrics.forget(&name),
+        _ => {}
+    }
+    for (node, revision) in &decision.unknown_revisions {
+        warn!(
+            node,
+            revision, "no config recorded for the revision; the node keeps its spec"
+        );
+    }
+    for write in decision.specs {
+        write_spec(&ctx.client, &name, write).await?;
+    }
+    for label in &decision.agent_labels {
+        label_node(&ctx.client, label).await?;
+    }
+    if decision.forget_history {
+        history::forget(&ctx.client, &ctx.namespace, &name).await?;
+    }
+    for event in &decision.events {
+        publish(ctx, tuning, event).await;
+    }
+    match decision.next {
+        Next::Requeue(after) => Ok(Action::requeue(after)),
+        Next::AwaitChange => Ok(Action::await_change()),
+        Next::WaitForRevert(nodes) => Err(Error::WaitingForRevert(nodes)),
+    }
+}
+
+/// Writes a tuning's status when it differs from the one it has.
+async fn write_status(
+    client: &Client,
+    tuning: &NetworkTuning,
+    status: &NetworkTuningStatus,
+) -> Result<()> {
+    if tuning.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let api = Api::<NetworkTuning>::all(client.clone());
+    let patch = json!({
+        "apiVersion": NetworkTuning::api_version(&()),
+        "kind": NetworkTuning::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &tuning.name_any(),
+        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Server-side applies one node's NodeTuning spec; fields the operator owned and left out are
+/// removed.
+#[instrument(skip_all, fields(tuning, node = %write.node, revision = write.spec.revision.as_deref()))]
+async fn write_spec(client: &Client, tuning: &str, write: SpecWrite) -> Result<()> {
+    info!(
+        heir = ?write.spec.tuning.as_deref().filter(|t| *t != tuning),
+        phase = ?write.spec.rollout_phase,
+        "{}",
+        write.why.message()
+    );
+    let api = Api::<NodeTuning>::all(client.clone());
+    let nt = NodeTuning::new(&write.node, write.spec);
+    api.patch(
+        &write.node,
+        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+        &Patch::Apply(&nt),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Sets or removes the agent label of one node.
+async fn label_node(client: &Client, label: &AgentLabel) -> Result<()> {
+    let labels = if label.wanted {
+        json!({AGENT_NODE_LABEL: "true"})
+    } else {
+        json!({})
+    };
+    let patch = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": label.node, "labels": labels}
+    });
+    Api::<Node>::all(client.clone())
+        .patch(
+            &label.node,
+            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Records an event about the tuning; a failure to record is logged, never fatal.
+async fn publish(ctx: &Context, tuning: &NetworkTuning, announcement: &Announcement) {
+    let event = Event {
+        type_: announcement.type_,
+        reason: announcement.reason.into(),
+        note: Some(announcement.note.clone()),
+        action: announcement.action.clone(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &tuning.object_ref(&())).await {
+        warn!(error = %e, reason = announcement.reason, "could not record event");
+    }
+}

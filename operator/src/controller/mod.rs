@@ -1,0 +1,246 @@
+//! The NetworkTuning controller: [`Context`], [`run`], [`reconcile`] and [`error_policy`].
+//!
+//! A reconcile reads a [`Snapshot`] of the caches, asks what it cannot know from them (the
+//! revision history, the analysis gate), decides with a pure function of those
+//! ([`apply::prepare`] and [`apply::Apply::decide`] for a live tuning, [`cleanup::decide`] for
+//! a deleted one) and hands the [`decision::Decision`] to [`effects::carry_out`]. Every
+//! reconcile runs in a span naming the tuning and its revision; every NodeTuning write in a
+//! span naming the node.
+
+pub mod apply;
+pub mod cleanup;
+pub mod decision;
+pub mod effects;
+pub mod snapshot;
+pub mod writes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{future, StreamExt};
+use hoststack_crds::{NetworkTuning, NodeTuning, FINALIZER, OPERATOR_FIELD_MANAGER};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use crate::metrics::Metrics;
+use crate::rollout::history;
+use crate::rollout::planner::Verdict;
+use crate::selection::NodeLabels;
+use crate::{Error, Result};
+pub use snapshot::Snapshot;
+
+/// How soon a deleted tuning looks again at its nodes' reverts.
+const REVERT_POLL: Duration = Duration::from_secs(1);
+/// How long a reconcile waits for the caches to fill after a start.
+const CACHE_WAIT: Duration = Duration::from_secs(30);
+
+/// What every reconcile shares.
+pub struct Context {
+    client: Client,
+    nodes: Store<PartialObjectMeta<Node>>,
+    node_tunings: Store<NodeTuning>,
+    tunings: Store<NetworkTuning>,
+    heartbeats: Store<Lease>,
+    recorder: Recorder,
+    revert_timeout: Duration,
+    metrics: Arc<Metrics>,
+    /// Where the revision history (ControllerRevisions) lives.
+    namespace: String,
+}
+
+/// Runs the controller until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    identity: &str,
+    namespace: &str,
+    revert_timeout: Duration,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<()> {
+    let tunings_api = Api::<NetworkTuning>::all(client.clone());
+    // Fail fast, with a clear message, when the CRDs are not installed.
+    tunings_api
+        .list(&kube::api::ListParams::default().limit(1))
+        .await?;
+
+    let (nodes, nodes_writer) = reflector::store();
+    // Metadata only: labels are all selection needs, and a Node's status is large.
+    let node_events = reflector::reflector(
+        nodes_writer,
+        watcher(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (node_tunings, nt_writer) = reflector::store();
+    let nt_events = reflector::reflector(
+        nt_writer,
+        watcher(
+            Api::<NodeTuning>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    // The agents' heartbeats are read when a reconcile runs; their renewals trigger nothing.
+    let (heartbeats, hb_writer) = reflector::store();
+    let heartbeat_events = reflector::reflector(
+        hb_writer,
+        watcher(
+            Api::<Lease>::namespaced(client.clone(), namespace),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|_| future::ready(None::<()>));
+    // Any change of a node's labels or of an agent's report can change any tuning's outcome
+    // (selection, conflicts, status), so it reconciles them all.
+    let triggers = futures::stream::select(
+        futures::stream::select(node_events.map(|_| ()), nt_events.map(|_| ())),
+        heartbeat_events,
+    );
+
+    let controller = Controller::new(tunings_api, watcher::Config::default());
+    let reporter = Reporter {
+        controller: OPERATOR_FIELD_MANAGER.into(),
+        instance: Some(identity.to_string()),
+    };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        nodes,
+        node_tunings,
+        tunings: controller.store(),
+        heartbeats,
+        revert_timeout,
+        metrics,
+        namespace: namespace.to_string(),
+    });
+    controller
+        .reconcile_all_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            match result {
+                Ok((obj, _)) => tracing::debug!(tuning = %obj.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile failed"),
+            }
+            future::ready(())
+        })
+        .await;
+    Ok(())
+}
+
+/// Reconciles one tuning, with the finalizer that reverts its nodes on deletion.
+#[instrument(skip_all, fields(tuning = %tuning.name_any(), revision = %tuning.spec.config.revision()))]
+pub async fn reconcile(tuning: Arc<NetworkTuning>, ctx: Arc<Context>) -> Result<Action> {
+    let caches = futures::future::try_join3(
+        ctx.nodes.wait_until_ready(),
+        ctx.node_tunings.wait_until_ready(),
+        ctx.heartbeats.wait_until_ready(),
+    );
+    tokio::time::timeout(CACHE_WAIT, caches)
+        .await
+        .map_err(|_| Error::CacheNotReady(format!("not filled within {CACHE_WAIT:?}")))?
+        .map_err(|e| Error::CacheNotReady(e.to_string()))?;
+    let started = std::time::Instant::now();
+    let name = tuning.name_any();
+    let api = Api::<NetworkTuning>::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER, tuning, |event| async {
+        match event {
+            FinalizerEvent::Apply(t) => reconcile_live(&t, &ctx).await,
+            FinalizerEvent::Cleanup(t) => reconcile_deleted(&t, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconciled(&name, started.elapsed(), result.is_err());
+    result
+}
+
+/// Requeues a failed reconcile; a deletion that waits for reverts looks again soon.
+pub fn error_policy(tuning: Arc<NetworkTuning>, error: &Error, _ctx: Arc<Context>) -> Action {
+    if let Error::Finalizer(inner) = error {
+        if let kube::runtime::finalizer::Error::CleanupFailed(Error::WaitingForRevert(nodes)) =
+            inner.as_ref()
+        {
+            info!(tuning = %tuning.name_any(), ?nodes, "waiting for nodes to revert");
+            return Action::requeue(REVERT_POLL);
+        }
+    }
+    warn!(tuning = %tuning.name_any(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+impl Context {
+    /// The caches as they are now.
+    fn snapshot(&self) -> Snapshot {
+        let nodes = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| NodeLabels {
+                name: n.name_any(),
+                labels: n.labels().clone(),
+            })
+            .collect();
+        let node_tunings = self
+            .node_tunings
+            .state()
+            .iter()
+            .map(|nt| nt.as_ref().clone())
+            .collect::<Vec<_>>();
+        let heartbeats = self.heartbeats.state();
+        Snapshot::new(
+            self.tunings.state(),
+            nodes,
+            node_tunings,
+            heartbeats.iter().map(|l| l.as_ref()),
+            Timestamp::now(),
+        )
+    }
+}
+
+/// Advances a live tuning's rollout by one planning step, tells each node its revision, and
+/// reports.
+async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
+    let snap = ctx.snapshot();
+    let decision = match apply::prepare(tuning, &snap) {
+        Err(invalid) => *invalid,
+        Ok(step) => {
+            let history = history::sync(
+                &ctx.client,
+                &ctx.namespace,
+                tuning,
+                step.revision(),
+                step.stable(),
+            )
+            .await?;
+            let judgement = match step.gate() {
+                Some(input) => crate::rollout::gate::evaluate(&input).await,
+                None => (Verdict::Pending, None),
+            };
+            step.decide(&history, judgement)
+        }
+    };
+    effects::carry_out(ctx, tuning, decision).await
+}
+
+/// Withdraws a deleted tuning from its nodes and waits, bounded, until they confirm the revert.
+async fn reconcile_deleted(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
+    let decision = cleanup::decide(tuning, &ctx.snapshot(), ctx.revert_timeout);
+    effects::carry_out(ctx, tuning, decision).await
+}
