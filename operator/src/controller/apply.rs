@@ -492,3 +492,348 @@ fn announce(
     }
     events
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::decision::Why;
+    use crate::controller::fixtures::{
+        config, heartbeat, node, node_tuning, spec_on, tuning, World,
+    };
+    use crate::rollout::history::Entry;
+    use crate::selection::NodeLabels;
+    use hoststack_crds::{NodeState, Rollout, RolloutPhase, WaveStatus};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use k8s_openapi::jiff::Timestamp;
+    use std::sync::Arc;
+
+    /// The snapshot of `world` now (the heartbeats are renewed now).
+    fn snapshot(world: World) -> Snapshot {
+        Snapshot::new(
+            world.tunings.into_iter().map(Arc::new).collect(),
+            world
+                .nodes
+                .into_iter()
+                .map(|(name, labels)| NodeLabels { name, labels })
+                .collect(),
+            world.node_tunings,
+            world.heartbeats.iter(),
+            Timestamp::now(),
+        )
+    }
+
+    /// The history recording each `(revision, sack)`.
+    fn history(revisions: &[(&str, &str)]) -> History {
+        revisions
+            .iter()
+            .enumerate()
+            .map(|(i, (revision, sack))| {
+                let entry = Entry {
+                    name: format!("edge-{revision}"),
+                    sequence: i as i64 + 1,
+                    config: config(sack),
+                };
+                (revision.to_string(), entry)
+            })
+            .collect()
+    }
+
+    /// What a decision writes to each node: (node, revision, phase, why).
+    fn writes(d: &Decision) -> Vec<(&str, Option<&str>, Option<RolloutPhase>, Why)> {
+        d.specs
+            .iter()
+            .map(|w| {
+                (
+                    w.node.as_str(),
+                    w.spec.revision.as_deref(),
+                    w.spec.rollout_phase,
+                    w.why,
+                )
+            })
+            .collect()
+    }
+
+    fn reasons(d: &Decision) -> Vec<&str> {
+        d.events.iter().map(|e| e.reason).collect()
+    }
+
+    fn phase(d: &Decision) -> Option<Phase> {
+        d.status.as_ref().and_then(|s| s.phase)
+    }
+
+    /// A status in the middle of rolling `current` out from `stable`, wave 0 on `canary`.
+    fn rolling(current: &str, stable: &str, canary: &str) -> NetworkTuningStatus {
+        NetworkTuningStatus {
+            observed_generation: Some(1),
+            current_revision: Some(current.into()),
+            stable_revision: Some(stable.into()),
+            phase: Some(Phase::Progressing),
+            waves: vec![WaveStatus {
+                index: 0,
+                nodes: vec![canary.into()],
+                ..WaveStatus::default()
+            }],
+            ..NetworkTuningStatus::default()
+        }
+    }
+
+    #[test]
+    fn one_planning_step_decides_specs_events_status_and_requeue() {
+        let edge = tuning("edge", "edge", "1");
+        let r2 = edge.spec.config.revision();
+        let r1 = tuning("edge", "edge", "0").spec.config.revision();
+        let reported = |n: &str, state, revision: &str| {
+            let spec = spec_on("edge", None, RolloutPhase::Baseline);
+            node_tuning(n, spec, Some((state, "edge", revision)))
+        };
+        let two_nodes = vec![
+            node("a", "edge", true, false),
+            node("b", "edge", true, true),
+        ];
+        let alive = vec![heartbeat("a"), heartbeat("b")];
+        let with = |status: Option<NetworkTuningStatus>, annotation: Option<&str>| {
+            let mut t = edge.clone();
+            t.status = status;
+            if let Some(revision) = annotation {
+                t.metadata.annotations =
+                    Some([(ABORT_ANNOTATION.to_string(), revision.to_string())].into());
+            }
+            t
+        };
+        type Writes<'a> = Vec<(&'a str, Option<&'a str>, Option<RolloutPhase>, Why)>;
+        // (what, tuning, world but the tuning, history, writes, events, phase, next)
+        type Case<'a> = (
+            &'a str,
+            NetworkTuning,
+            World,
+            History,
+            Writes<'a>,
+            Vec<&'a str>,
+            Phase,
+            Next,
+        );
+        let table: Vec<Case> = vec![
+            (
+                "agents yet to report: specs without a revision, look again soon",
+                with(None, None),
+                World {
+                    nodes: two_nodes.clone(),
+                    ..World::default()
+                },
+                history(&[]),
+                vec![
+                    ("a", None, Some(RolloutPhase::Baseline), Why::Assign),
+                    ("b", None, Some(RolloutPhase::Baseline), Why::Assign),
+                ],
+                vec![],
+                Phase::Progressing,
+                Next::Requeue(JUDGING_POLL),
+            ),
+            (
+                "every agent reported: the labelled canary goes first",
+                with(None, None),
+                World {
+                    nodes: two_nodes.clone(),
+                    node_tunings: vec![
+                        reported("a", NodeState::Idle, ""),
+                        reported("b", NodeState::Idle, ""),
+                    ],
+                    heartbeats: alive.clone(),
+                    ..World::default()
+                },
+                history(&[(&r2, "1")]),
+                vec![("b", Some(&r2), Some(RolloutPhase::Canary), Why::Assign)],
+                vec!["WaveStarted"],
+                Phase::Progressing,
+                Next::Requeue(RESYNC),
+            ),
+            (
+                "the canary failed: every node back on the stable revision",
+                with(Some(rolling(&r2, &r1, "b")), None),
+                World {
+                    nodes: two_nodes.clone(),
+                    node_tunings: vec![
+                        reported("a", NodeState::Applied, &r1),
+                        reported("b", NodeState::Failed, &r2),
+                    ],
+                    heartbeats: alive.clone(),
+                    ..World::default()
+                },
+                history(&[(&r1, "0"), (&r2, "1")]),
+                vec![
+                    ("a", Some(&r1), Some(RolloutPhase::Stable), Why::Assign),
+                    ("b", Some(&r1), Some(RolloutPhase::Stable), Why::Assign),
+                ],
+                vec!["RolledBack"],
+                Phase::RolledBack,
+                Next::Requeue(RESYNC),
+            ),
+            (
+                "aborted by hand: rolled back though nothing failed",
+                with(Some(rolling(&r2, &r1, "b")), Some(&r2)),
+                World {
+                    nodes: two_nodes.clone(),
+                    node_tunings: vec![
+                        reported("a", NodeState::Applied, &r1),
+                        reported("b", NodeState::Applied, &r2),
+                    ],
+                    heartbeats: alive.clone(),
+                    ..World::default()
+                },
+                history(&[(&r1, "0"), (&r2, "1")]),
+                vec![
+                    ("a", Some(&r1), Some(RolloutPhase::Stable), Why::Assign),
+                    ("b", Some(&r1), Some(RolloutPhase::Stable), Why::Assign),
+                ],
+                vec!["RolledBack"],
+                Phase::RolledBack,
+                Next::Requeue(RESYNC),
+            ),
+            (
+                "a node that left the pool has its spec withdrawn",
+                with(None, None),
+                World {
+                    nodes: vec![
+                        node("a", "edge", true, false),
+                        node("c", "core", true, false),
+                    ],
+                    node_tunings: vec![
+                        reported("a", NodeState::Idle, ""),
+                        reported("c", NodeState::Idle, ""),
+                    ],
+                    heartbeats: alive.clone(),
+                    ..World::default()
+                },
+                history(&[(&r2, "1")]),
+                vec![
+                    ("a", Some(&r2), Some(RolloutPhase::Canary), Why::Assign),
+                    ("c", None, None, Why::Unselected),
+                ],
+                vec!["WaveStarted"],
+                Phase::Progressing,
+                Next::Requeue(RESYNC),
+            ),
+            (
+                "another tuning governs the node: a conflict, nothing written",
+                with(None, None),
+                World {
+                    tunings: vec![{
+                        let mut high = tuning("high", "edge", "1");
+                        high.spec.priority = 9;
+                        high
+                    }],
+                    nodes: vec![node("a", "edge", true, false)],
+                    ..World::default()
+                },
+                history(&[(&r2, "1")]),
+                vec![],
+                vec!["Conflict"],
+                Phase::Progressing,
+                Next::Requeue(JUDGING_POLL),
+            ),
+        ];
+        for (what, t, mut world, history, want_writes, want_events, want_phase, want_next) in table
+        {
+            world.tunings.insert(0, t.clone());
+            let snap = snapshot(world);
+            let step = prepare(&t, &snap).unwrap_or_else(|_| panic!("{what}: a valid rollout"));
+            assert_eq!(step.revision(), r2, "{what}");
+            let judgement = match step.gate() {
+                Some(_) => (Verdict::Pending, None),
+                None => panic!("{what}: the rollout is live"),
+            };
+            let d = step.decide(&history, judgement);
+            assert_eq!(writes(&d), want_writes, "{what}");
+            assert_eq!(reasons(&d), want_events, "{what}");
+            assert_eq!(phase(&d), Some(want_phase), "{what}");
+            assert_eq!(d.next, want_next, "{what}");
+            assert_eq!(d.gauges, Gauges::Show, "{what}");
+            assert!(
+                d.unknown_revisions.is_empty() && !d.forget_history,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_planned_onto_an_unrecorded_revision_keeps_its_spec() {
+        let mut edge = tuning("edge", "edge", "1");
+        let r2 = edge.spec.config.revision();
+        edge.status = Some(rolling(&r2, "gone", "b"));
+        let world = World {
+            tunings: vec![edge.clone()],
+            nodes: vec![
+                node("a", "edge", true, false),
+                node("b", "edge", true, false),
+            ],
+            node_tunings: vec![
+                node_tuning(
+                    "a",
+                    spec_on("edge", None, RolloutPhase::Baseline),
+                    Some((NodeState::Idle, "", "")),
+                ),
+                node_tuning(
+                    "b",
+                    spec_on("edge", Some((&r2, "1")), RolloutPhase::Canary),
+                    Some((NodeState::Failed, "edge", &r2)),
+                ),
+            ],
+            heartbeats: vec![heartbeat("a"), heartbeat("b")],
+        };
+        let snap = snapshot(world);
+        let d = prepare(&edge, &snap)
+            .ok()
+            .unwrap()
+            .decide(&history(&[(&r2, "1")]), (Verdict::Pending, None));
+        assert_eq!(
+            d.unknown_revisions,
+            [
+                ("a".to_string(), "gone".to_string()),
+                ("b".to_string(), "gone".to_string())
+            ]
+        );
+        assert!(d.specs.is_empty(), "{:?}", d.specs);
+    }
+
+    #[test]
+    fn an_invalid_rollout_is_reported_once_and_changes_no_node() {
+        let mut edge = tuning("edge", "edge", "1");
+        edge.spec.rollout = Some(Rollout {
+            max_unavailable: Some(IntOrString::String("150%".into())),
+            ..Rollout::default()
+        });
+        let snap = snapshot(World {
+            tunings: vec![edge.clone()],
+            nodes: vec![node("a", "edge", false, false)],
+            ..World::default()
+        });
+        let Err(d) = prepare(&edge, &snap) else {
+            panic!("an invalid rollout")
+        };
+        assert_eq!(reasons(&d), ["InvalidRollout"]);
+        assert!(d.specs.is_empty() && d.agent_labels.is_empty());
+        assert_eq!(
+            (d.next.clone(), d.gauges),
+            (Next::AwaitChange, Gauges::Keep)
+        );
+        let status = d.status.clone().unwrap();
+        let degraded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .unwrap();
+        assert_eq!(degraded.reason, "InvalidRollout");
+        assert!(
+            degraded.message.starts_with("rollout.maxUnavailable: "),
+            "{}",
+            degraded.message
+        );
+        // Reported already: the same status again, without a second event.
+        edge.status = Some(status.clone());
+        let Err(again) = prepare(&edge, &snap) else {
+            panic!("an invalid rollout")
+        };
+        assert_eq!(again.status, Some(status));
+        assert!(again.events.is_empty());
+    }
+}

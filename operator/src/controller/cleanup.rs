@@ -122,3 +122,161 @@ pub fn decide(tuning: &NetworkTuning, snap: &Snapshot, revert_timeout: Duration)
         ..Decision::report(status)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures::{deleted, node, node_tuning, spec_on, tuning, World};
+    use crate::controller::writes::AgentLabel;
+    use crate::selection::NodeLabels;
+    use hoststack_crds::{Mode, NetworkTuningStatus, NodeTuningSpec, Phase, RolloutPhase};
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    use std::sync::Arc;
+
+    const TIMEOUT: Duration = Duration::from_secs(120);
+
+    fn snapshot(world: World, now: Timestamp) -> Snapshot {
+        Snapshot::new(
+            world.tunings.into_iter().map(Arc::new).collect(),
+            world
+                .nodes
+                .into_iter()
+                .map(|(name, labels)| NodeLabels { name, labels })
+                .collect(),
+            world.node_tunings,
+            world.heartbeats.iter(),
+            now,
+        )
+    }
+
+    fn condition<'a>(d: &'a Decision, type_: &str) -> (&'a str, &'a str) {
+        let c = d
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+            .unwrap_or_else(|| panic!("no {type_} condition: {d:?}"));
+        (c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn a_deleted_tuning_waits_for_its_nodes_then_lets_go() {
+        let deleted_at = Timestamp::from_second(10_000).unwrap();
+        let edge = deleted(tuning("edge", "edge", "1"), deleted_at);
+        let r = edge.spec.config.revision();
+        let applied = node_tuning(
+            "a",
+            spec_on("edge", Some((&r, "1")), RolloutPhase::Stable),
+            Some((NodeState::Applied, "edge", &r)),
+        );
+        let withdrawn = NodeTuningSpec {
+            mode: Some(Mode::Apply),
+            ..NodeTuningSpec::default()
+        };
+        let world = |nt| World {
+            tunings: vec![edge.clone()],
+            nodes: vec![node("a", "edge", true, false)],
+            node_tunings: vec![nt],
+            ..World::default()
+        };
+        let at = |secs| deleted_at + SignedDuration::from_secs(secs);
+
+        // Still applied: withdrawn, and the finalizer waits.
+        let d = decide(&edge, &snapshot(world(applied.clone()), at(5)), TIMEOUT);
+        assert_eq!(d.specs.len(), 1);
+        assert_eq!(
+            (d.specs[0].node.as_str(), &d.specs[0].spec, d.specs[0].why),
+            ("a", &withdrawn, Why::Deleted)
+        );
+        assert_eq!(d.next, Next::WaitForRevert(vec!["a".into()]));
+        assert_eq!(
+            condition(&d, "Progressing"),
+            ("Reverting", "deleted; waiting for a to revert")
+        );
+        assert!(d.events.is_empty() && !d.forget_history && d.agent_labels.is_empty());
+
+        // Past the timeout: let go, Degraded, the gauges go.
+        let d = decide(&edge, &snapshot(world(applied), at(120)), TIMEOUT);
+        assert_eq!(d.next, Next::AwaitChange);
+        assert_eq!(d.gauges, Gauges::Forget);
+        assert_eq!(
+            d.events.iter().map(|e| e.reason).collect::<Vec<_>>(),
+            ["RevertTimeout"]
+        );
+        let (reason, message) = condition(&d, "Degraded");
+        assert_eq!(reason, "RevertTimeout");
+        assert!(
+            message.starts_with("deleted, but a did not confirm their revert within 120s"),
+            "{message}"
+        );
+
+        // Reverted: the agent label and the history go.
+        let reverted = node_tuning("a", withdrawn, Some((NodeState::Reverted, "", &r)));
+        let d = decide(&edge, &snapshot(world(reverted), at(5)), TIMEOUT);
+        assert!(d.specs.is_empty() && d.status.is_none());
+        assert_eq!(
+            d.agent_labels,
+            [AgentLabel {
+                node: "a".into(),
+                wanted: false
+            }]
+        );
+        assert!(d.forget_history);
+        assert_eq!(
+            d.events
+                .iter()
+                .map(|e| (e.reason, e.note.as_str()))
+                .collect::<Vec<_>>(),
+            [("Reverted", "every node reverted")]
+        );
+        assert_eq!(d.next, Next::AwaitChange);
+
+        // An agent in the middle of a transaction may still be applying it.
+        let applying = node_tuning(
+            "a",
+            NodeTuningSpec::default(),
+            Some((NodeState::Applying, "", &r)),
+        );
+        let d = decide(&edge, &snapshot(world(applying), at(5)), TIMEOUT);
+        assert_eq!(d.next, Next::WaitForRevert(vec!["a".into()]));
+    }
+
+    #[test]
+    fn a_node_another_tuning_governs_goes_to_it_at_once() {
+        let edge = deleted(
+            tuning("edge", "edge", "1"),
+            Timestamp::from_second(10_000).unwrap(),
+        );
+        let r = edge.spec.config.revision();
+        let heir = tuning("heir", "edge", "0");
+        let heir_revision = heir.spec.config.revision();
+        let mut moving = heir.clone();
+        moving.status = Some(NetworkTuningStatus {
+            stable_revision: Some("older".into()),
+            phase: Some(Phase::Progressing),
+            ..NetworkTuningStatus::default()
+        });
+        for (heir, want) in [(heir, Some(heir_revision.as_str())), (moving, None)] {
+            let world = World {
+                tunings: vec![edge.clone(), heir],
+                nodes: vec![node("a", "edge", true, false)],
+                node_tunings: vec![node_tuning(
+                    "a",
+                    spec_on("edge", Some((&r, "1")), RolloutPhase::Stable),
+                    Some((NodeState::Applied, "edge", &r)),
+                )],
+                ..World::default()
+            };
+            let d = decide(
+                &edge,
+                &snapshot(world, Timestamp::from_second(10_001).unwrap()),
+                TIMEOUT,
+            );
+            let spec = &d.specs[0].spec;
+            assert_eq!(spec.tuning.as_deref(), Some("heir"));
+            // The heir's current revision when it is stable; nothing to apply while it moves.
+            assert_eq!(spec.revision.as_deref(), want);
+            assert_eq!(spec.rollout_phase, Some(RolloutPhase::Stable));
+            assert_eq!(d.next, Next::WaitForRevert(vec!["a".into()]));
+        }
+    }
+}

@@ -14,6 +14,11 @@ pub mod effects;
 pub mod snapshot;
 pub mod writes;
 
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 
