@@ -37,8 +37,8 @@ use kube::{Client, ResourceExt};
 use tracing::{info, instrument, warn};
 
 use crate::metrics::Metrics;
-use crate::rollout::history;
 use crate::rollout::planner::Verdict;
+use crate::rollout::{gate, history};
 use crate::selection::NodeLabels;
 use crate::{Error, Result};
 pub use snapshot::Snapshot;
@@ -235,7 +235,7 @@ async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action>
             )
             .await?;
             let judgement = match step.gate() {
-                Some(input) => crate::rollout::gate::evaluate(&input).await,
+                Some(input) => gate::evaluate(&input).await,
                 None => (Verdict::Pending, None),
             };
             step.decide(&history, judgement)
