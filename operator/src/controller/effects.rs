@@ -87,11 +87,13 @@ async fn write_status(
 
 /// Server-side applies one node's NodeTuning spec; fields the operator owned and left out are
 /// removed.
-#[instrument(skip_all, fields(tuning, node = %write.node, revision = write.spec.revision.as_deref()))]
+/// Its span names the node and the revision it is given (`None`: nothing to apply), inside the
+/// reconcile's span that names the tuning.
+#[instrument(skip_all, fields(node = %write.node, revision = ?write.spec.revision))]
 async fn write_spec(client: &Client, tuning: &str, write: SpecWrite) -> Result<()> {
     info!(
-        heir = ?write.spec.tuning.as_deref().filter(|t| *t != tuning),
-        phase = ?write.spec.rollout_phase,
+        heir = write.spec.tuning.as_deref().filter(|t| *t != tuning),
+        phase = write.spec.rollout_phase.map(tracing::field::debug),
         "{}",
         write.why.message()
     );

@@ -99,6 +99,64 @@ async fn once_the_agents_report_the_labelled_canary_gets_the_revision() {
     assert_eq!(action, Action::requeue(Duration::from_secs(300)));
 }
 
+/// What a test's log lines are written to.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn each_assignment_is_logged_with_the_tuning_the_node_and_the_revision() {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let edge = finalized(tuning("edge", "edge", "1"));
+    let revision = edge.spec.config.revision();
+    let waiting = spec_on("edge", None, RolloutPhase::Baseline);
+    let (ctx, server) = Context::test(World {
+        tunings: vec![edge.clone()],
+        nodes: vec![node("node-b", "edge", true, true)],
+        node_tunings: vec![node_tuning(
+            "node-b",
+            waiting,
+            Some((NodeState::Idle, "", "")),
+        )],
+        heartbeats: vec![heartbeat("node-b")],
+    });
+    let verifier = server.run(Scenario::CanaryStarted {
+        revision: revision.clone(),
+        canary: "node-b",
+    });
+    reconcile(Arc::new(edge), ctx).await.expect("reconciled");
+    finish(verifier).await;
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("assigning revision"))
+        .unwrap_or_else(|| panic!("no assignment logged:\n{text}"));
+    // The shape the rollout e2e test reads the operator's log in.
+    assert!(
+        line.contains(&format!("reconcile{{tuning=edge revision={revision}}}"))
+            && line.contains("node=node-b ")
+            && line.contains(&format!("revision=Some(\"{revision}\")"))
+            && line.contains("phase=Canary"),
+        "{line}"
+    );
+}
+
 #[tokio::test]
 async fn the_lower_priority_tuning_reports_the_conflict() {
     let low = finalized(tuning("low", "edge", "0"));
