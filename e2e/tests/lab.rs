@@ -1,7 +1,7 @@
 //! The lab itself: it starts, serves the API with the chart's RBAC, keeps nodes' network
 //! stacks apart, and leaves nothing behind.
 
-use hoststack_e2e::{Identity, Lab, LabConfig};
+use hoststack_e2e::{Identity, Lab, LabConfig, NAMESPACE};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use std::process::Command;
@@ -92,12 +92,7 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
     assert!(!can(Identity::Operator, &["delete", "nodes"]));
     assert!(can(
         Identity::Operator,
-        &[
-            "create",
-            "leases.coordination.k8s.io",
-            "-n",
-            "hoststack-system"
-        ]
+        &["create", "leases.coordination.k8s.io", "-n", NAMESPACE]
     ));
     assert!(can(
         Identity::Agent,
@@ -118,13 +113,7 @@ fn lab_starts_serves_the_api_isolates_nodes_and_leaves_nothing_behind() {
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hoststack");
     let helm_home = lab.dir().join("helm");
     let rendered = Command::new(cp.join("helm"))
-        .args([
-            "template",
-            "hoststack",
-            chart,
-            "--namespace",
-            "hoststack-system",
-        ])
+        .args(["template", "hoststack", chart, "--namespace", NAMESPACE])
         .env("HELM_CACHE_HOME", helm_home.join("cache"))
         .env("HELM_CONFIG_HOME", helm_home.join("config"))
         .env("HELM_DATA_HOME", helm_home.join("data"))

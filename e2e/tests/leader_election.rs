@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hoststack_e2e::{Lab, LabConfig};
+use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
 
 fn lease_holder(lab: &Lab) -> String {
     let out = lab.kubectl(&[
@@ -11,7 +11,7 @@ fn lease_holder(lab: &Lab) -> String {
         "lease",
         "hoststack-operator",
         "-n",
-        "hoststack-system",
+        NAMESPACE,
         "-o",
         "jsonpath={.spec.holderIdentity}",
     ]);
