@@ -14,6 +14,7 @@ use crate::appliers::irq::{self, QueueIrq};
 use crate::appliers::{
     dpdk, firewall, hugepages, matching, nic, rps, xdp, Host, Kind, Refusal, Setting, Wants,
 };
+use crate::cpus::parse_list;
 use crate::dataplane::cores::{dedicate, CoreFacts};
 use crate::journal::Journal;
 use crate::transaction::Desired;
@@ -118,7 +119,7 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
     for (key, value) in &config.sysctls {
         wants.set(Setting::sysctl(key.clone()), value.0.clone());
     }
-    let online = irq::parse_list(&d.facts.cpus_online).unwrap_or_default();
+    let online = parse_list(&d.facts.cpus_online).unwrap_or_default();
     let mut flow_entries: Option<u64> = None;
     // Interfaces bound to DPDK, and interfaces tuned otherwise, with the entry doing it.
     let mut bound: BTreeMap<String, String> = BTreeMap::new();

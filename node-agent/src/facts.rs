@@ -7,13 +7,18 @@ use std::path::Path;
 
 use hoststack_crds::{HostFacts, InterfaceFacts};
 
+use crate::cpus::parse_list;
+use crate::sysfs::{dir_names, is_pci_address, link_name};
+
 /// Collects the facts of the host whose procfs and sysfs are mounted at the given roots.
 pub fn collect(proc_root: &Path, sys_root: &Path) -> HostFacts {
     let cpus_online = read_trimmed(&sys_root.join("devices/system/cpu/online")).unwrap_or_default();
-    let cpu_count = u32::try_from(parse_cpu_list(&cpus_online).len()).unwrap_or(u32::MAX);
+    let cpu_count =
+        u32::try_from(parse_list(&cpus_online).unwrap_or_default().len()).unwrap_or(u32::MAX);
     let numa_nodes = read_trimmed(&sys_root.join("devices/system/node/online"))
-        .map(|list| parse_cpu_list(&list))
+        .and_then(|list| parse_list(&list))
         .filter(|nodes| !nodes.is_empty())
+        .map(|nodes| nodes.into_iter().collect())
         .unwrap_or_else(|| vec![0]);
     HostFacts {
         kernel_release: read_trimmed(&proc_root.join("sys/kernel/osrelease")).unwrap_or_default(),
@@ -28,23 +33,6 @@ pub fn collect(proc_root: &Path, sys_root: &Path) -> HostFacts {
         bpf_jit_enabled: read_trimmed(&proc_root.join("sys/net/core/bpf_jit_enable"))
             .is_some_and(|v| v == "1" || v == "2"),
     }
-}
-
-/// Parses the kernel's list format (`0-3,8,10-11`) into the numbers it names; a malformed list
-/// gives nothing.
-pub fn parse_cpu_list(list: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        let range = match part.split_once('-') {
-            Some((a, b)) => a.parse::<u32>().ok().zip(b.parse::<u32>().ok()),
-            None => part.parse::<u32>().ok().map(|n| (n, n)),
-        };
-        match range {
-            Some((a, b)) if a <= b && b - a < 65536 => out.extend(a..=b),
-            _ => return Vec::new(),
-        }
-    }
-    out
 }
 
 /// A hugepage size as a Kubernetes quantity: 2048 kB is `2Mi`, 1048576 kB is `1Gi`.
@@ -115,37 +103,9 @@ fn pci_address(device: &Path) -> Option<String> {
     is_pci_address(&parent).then_some(parent)
 }
 
-/// Whether `s` looks like a PCI address, `dddd:bb:dd.f` in hex.
-fn is_pci_address(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b.iter().enumerate().all(|(i, c)| match i {
-            4 | 7 => *c == b':',
-            10 => *c == b'.',
-            _ => c.is_ascii_hexdigit(),
-        })
-}
-
-/// The last component of a symlink's target.
-fn link_name(link: &Path) -> Option<String> {
-    let target = fs::read_link(link).ok()?;
-    Some(target.file_name()?.to_str()?.to_string())
-}
-
 /// A small file's content, trimmed.
 fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
-
-/// The names in a directory, sorted; none when it cannot be read.
-fn dir_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    names
 }
 
 #[cfg(test)]
@@ -155,27 +115,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11"), vec![0, 1, 2, 3, 8, 10, 11]);
-        assert_eq!(parse_cpu_list("0\n"), vec![0]);
-        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
-        assert_eq!(parse_cpu_list("3-1"), Vec::<u32>::new());
-        assert_eq!(parse_cpu_list("a"), Vec::<u32>::new());
-    }
-
-    #[test]
     fn hugepage_quantities() {
         assert_eq!(hugepage_quantity(2048), "2Mi");
         assert_eq!(hugepage_quantity(1_048_576), "1Gi");
         assert_eq!(hugepage_quantity(64), "64Ki");
-    }
-
-    #[test]
-    fn pci_addresses() {
-        assert!(is_pci_address("0000:00:03.0"));
-        assert!(is_pci_address("0000:af:1f.7"));
-        assert!(!is_pci_address("virtio0"));
-        assert!(!is_pci_address("0000:00:03"));
     }
 
     fn put(path: &Path, content: &str) {

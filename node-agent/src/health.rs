@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use hoststack_crds::{HealthRequest, HealthSample};
 use k8s_openapi::jiff::{Timestamp, Unit};
 
-use crate::config::parse_duration;
+use crate::duration::parse_duration;
 use crate::exporter::netstat::{self, Value};
 
 /// The shortest window the agent samples over; a shorter `window` is raised to it (the sample's

@@ -26,9 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hoststack_agent::appliers::irq::{format_list, parse_list};
-use hoststack_agent::appliers::rps::{cpus_to_mask, mask_cpus};
 use hoststack_agent::appliers::{write_existing, Host, Kernel, Kind, Reading, Roots};
+use hoststack_agent::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use hoststack_agent::journal::{Journal, JournalStore};
 use hoststack_agent::reconciler::{Desired, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};

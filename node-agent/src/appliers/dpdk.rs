@@ -28,7 +28,8 @@ use std::path::{Path, PathBuf};
 use hoststack_crds::{DpdkBinding, DpdkDriver, InterfaceFacts};
 
 use super::nic::{ChannelCounts, ChannelInfo};
-use super::{invalid, link_name, plain_name, Kernel, Kind, Reading, Roots, Setting, Wants};
+use super::{invalid, Kernel, Kind, Reading, Roots, Setting, Wants};
+use crate::sysfs::{dir_names, is_pci_address, link_name, plain_name};
 
 /// The driver name of a DPDK driver choice.
 pub fn driver_name(driver: DpdkDriver) -> &'static str {
@@ -48,17 +49,6 @@ pub fn parse_target(target: &str) -> Option<(&str, &str, Option<&str>)> {
     let (pci, iface, driver) = (parts.next()?, parts.next()?, parts.next()?);
     let ok = is_pci_address(pci) && plain_name(iface) && plain_name(driver);
     ok.then_some((pci, iface, (driver != "-").then_some(driver)))
-}
-
-/// Whether `s` is a PCI address, `dddd:bb:dd.f` in hex.
-pub fn is_pci_address(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b.iter().enumerate().all(|(i, c)| match i {
-            4 | 7 => *c == b':',
-            10 => *c == b'.',
-            _ => c.is_ascii_hexdigit(),
-        })
 }
 
 /// The value of a device bound to `driver` with `override_` in driver_override.
@@ -216,7 +206,7 @@ fn parse_value(value: &str) -> Option<Binding<'_>> {
 /// `<dev>/<bus device>/net/IF` for a netdev on a virtio device of the PCI device.
 fn netdev_on(dev: &Path, iface: &str) -> bool {
     dev.join("net").join(iface).is_dir()
-        || super::dir_names(dev)
+        || dir_names(dev)
             .iter()
             .any(|child| dev.join(child).join("net").join(iface).is_dir())
 }
@@ -312,7 +302,7 @@ pub const UNBIND_PAUSE_ENV: &str = "HOSTSTACK_DPDK_UNBIND_PAUSE";
 fn pause_after_unbind() {
     let pause = std::env::var(UNBIND_PAUSE_ENV)
         .ok()
-        .and_then(|v| crate::config::parse_duration(&v).ok());
+        .and_then(|v| crate::duration::parse_duration(&v).ok());
     if let Some(pause) = pause {
         std::thread::sleep(pause);
     }
@@ -333,7 +323,7 @@ pub fn iommu_group(roots: &Roots, pci: &str) -> Option<String> {
 /// of `interfaces` sits on: each as an interface named by its PCI address, with its PCI driver.
 pub fn unattached_devices(roots: &Roots, interfaces: &[InterfaceFacts]) -> Vec<InterfaceFacts> {
     let devices = roots.sys_root.join("bus/pci/devices");
-    super::dir_names(&devices)
+    dir_names(&devices)
         .into_iter()
         .filter(|pci| is_pci_address(pci))
         .filter(|pci| {

@@ -44,7 +44,7 @@ pub fn check_mount_path(path: &str) -> Result<(), String> {
     let plain = path.starts_with('/')
         && path.len() > 1
         && !path.ends_with('/')
-        && path[1..].split('/').all(super::plain_name)
+        && path[1..].split('/').all(crate::sysfs::plain_name)
         && Path::new(path)
             .components()
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));

@@ -15,9 +15,9 @@ use std::path::Path;
 
 use hoststack_crds::{IrqAffinity, IrqPolicy};
 
-use super::{
-    dir_names, invalid, link_name, read_value, Kernel, Kind, Reading, Roots, Setting, Wants,
-};
+use super::{invalid, read_value, Kernel, Kind, Reading, Roots, Setting, Wants};
+use crate::cpus::{format_list, parse_list};
+use crate::sysfs::{dir_names, link_name, plain_name};
 
 /// One queue interrupt of an interface.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -28,44 +28,6 @@ pub struct QueueIrq {
     pub irq: u32,
     /// Its name in /proc/interrupts.
     pub name: String,
-}
-
-/// Parses a CPU list strictly (`0-3,8`); `None` when malformed. An empty list is no CPU.
-pub fn parse_list(list: &str) -> Option<BTreeSet<u32>> {
-    let mut out = BTreeSet::new();
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
-            None => {
-                let n = part.parse::<u32>().ok()?;
-                (n, n)
-            }
-        };
-        if a > b || b - a >= 65536 {
-            return None;
-        }
-        out.extend(a..=b);
-    }
-    Some(out)
-}
-
-/// Formats CPUs in the kernel's list format, ranges collapsed (`0-3,8`).
-pub fn format_list(cpus: &BTreeSet<u32>) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut iter = cpus.iter().copied().peekable();
-    while let Some(start) = iter.next() {
-        let mut end = start;
-        while iter.peek() == Some(&(end + 1)) {
-            end += 1;
-            iter.next();
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-    }
-    parts.join(",")
 }
 
 /// The queue number in an interrupt's name, when the name belongs to one of `owners` (the
@@ -103,7 +65,7 @@ pub fn parse_interrupts(text: &str) -> Vec<(u32, String)> {
 
 /// The queue IRQs of interface `iface`, ordered by queue then IRQ.
 pub fn discover(roots: &Roots, iface: &str) -> Vec<QueueIrq> {
-    if !super::plain_name(iface) {
+    if !plain_name(iface) {
         return Vec::new();
     }
     let device = roots.sys_root.join("class/net").join(iface).join("device");
@@ -269,17 +231,6 @@ pub fn desired(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lists() {
-        assert_eq!(parse_list("0-3,8"), Some([0, 1, 2, 3, 8].into()));
-        assert_eq!(parse_list(" 1\n"), Some([1].into()));
-        assert_eq!(parse_list(""), Some(BTreeSet::new()));
-        assert_eq!(parse_list("3-1"), None);
-        assert_eq!(parse_list("x"), None);
-        assert_eq!(format_list(&[0, 1, 2, 3, 8, 10, 11].into()), "0-3,8,10-11");
-        assert_eq!(format_list(&BTreeSet::new()), "");
-    }
 
     #[test]
     fn queue_names() {

@@ -12,7 +12,7 @@
 //! refuses, rebinds) behind a fake tree.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -112,14 +112,16 @@ impl Kind {
         match self {
             Kind::Sysctl => same_value(a, b),
             Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => nic::same_value(self, a, b),
-            Kind::IrqAffinity => match (irq::parse_list(a), irq::parse_list(b)) {
+            Kind::IrqAffinity => match (crate::cpus::parse_list(a), crate::cpus::parse_list(b)) {
                 (Some(x), Some(y)) => x == y,
                 _ => same_value(a, b),
             },
-            Kind::RpsCpus | Kind::XpsCpus => match (rps::mask_cpus(a), rps::mask_cpus(b)) {
-                (Some(x), Some(y)) => x == y,
-                _ => same_value(a, b),
-            },
+            Kind::RpsCpus | Kind::XpsCpus => {
+                match (crate::cpus::mask_cpus(a), crate::cpus::mask_cpus(b)) {
+                    (Some(x), Some(y)) => x == y,
+                    _ => same_value(a, b),
+                }
+            }
             Kind::Hugepages | Kind::RpsFlowCnt => {
                 match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
                     (Ok(x), Ok(y)) => x == y,
@@ -513,12 +515,12 @@ impl Host {
         Host {
             roots,
             kernel,
-            bpffs_root: PathBuf::from(xdp::DEFAULT_BPFFS_ROOT),
+            bpffs_root: PathBuf::from(crate::paths::DEFAULT_BPFFS_ROOT),
         }
     }
 
     /// The same host, pinning its BPF objects under `bpffs_root` (default
-    /// [`xdp::DEFAULT_BPFFS_ROOT`]).
+    /// [`crate::paths::DEFAULT_BPFFS_ROOT`]).
     pub fn with_bpffs_root(mut self, bpffs_root: &Path) -> Self {
         self.bpffs_root = bpffs_root.to_path_buf();
         self
@@ -610,34 +612,6 @@ pub(crate) fn read_value(path: &Path, what: &str) -> Reading {
         }
         Err(e) => Reading::Unreadable(format!("cannot read {}: {e}", path.display())),
     }
-}
-
-/// Whether `name` is a plain file name: no `/`, not `.` or `..`, no whitespace or control
-/// characters, so that joining it to a directory stays inside it.
-pub(crate) fn plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c != '/' && !c.is_whitespace() && !c.is_control())
-}
-
-/// The names in a directory, sorted; none when it cannot be read.
-pub(crate) fn dir_names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    names
-}
-
-/// The last component of a symlink's target.
-pub(crate) fn link_name(link: &Path) -> Option<String> {
-    let target = fs::read_link(link).ok()?;
-    Some(target.file_name()?.to_str()?.to_string())
 }
 
 /// An error for a malformed setting name or value.
@@ -732,16 +706,6 @@ mod tests {
                 Kind::PciDriver,
             ]
         );
-    }
-
-    #[test]
-    fn plain_names() {
-        for ok in ["eth0", "rx-0", "0000:00:03.0", "a.b"] {
-            assert!(plain_name(ok), "{ok}");
-        }
-        for bad in ["", ".", "..", "a/b", "a b", "a\n"] {
-            assert!(!plain_name(bad), "{bad:?}");
-        }
     }
 }
 

@@ -20,7 +20,8 @@ use std::io;
 use hoststack_crds::{InterfaceFacts, InterfaceTuning, NodeConfig};
 
 use super::matching::{self, glob};
-use super::{invalid, plain_name, Kernel, Kind, Reading, Setting, Wants};
+use super::{invalid, Kernel, Kind, Reading, Setting, Wants};
+use crate::sysfs::plain_name;
 
 pub mod ethtool;
 pub mod rxfh;

@@ -13,50 +13,12 @@ use std::path::PathBuf;
 
 use hoststack_crds::{InterfaceFacts, Rps, Xps};
 
-use super::irq::{format_list, parse_list};
-use super::{invalid, plain_name, read_value, Kernel, Kind, Reading, Roots, Setting, Wants};
+use super::{invalid, read_value, Kernel, Kind, Reading, Roots, Setting, Wants};
+use crate::cpus::{cpus_to_mask, format_list, parse_list};
+use crate::sysfs::plain_name;
 
 /// The sysctl that sizes the global RFS socket flow table.
 pub const SOCK_FLOW_ENTRIES: &str = "net.core.rps_sock_flow_entries";
-
-/// A CPU set as a kernel CPU mask: comma-separated 32-bit hex groups, most significant first,
-/// the first group without leading zeros (`0` for no CPU).
-pub fn cpus_to_mask(cpus: &BTreeSet<u32>) -> String {
-    let Some(&max) = cpus.iter().next_back() else {
-        return "0".into();
-    };
-    let groups = max / 32 + 1;
-    (0..groups)
-        .rev()
-        .map(|g| {
-            let word = cpus
-                .iter()
-                .filter(|c| **c / 32 == g)
-                .fold(0u32, |w, c| w | 1 << (c % 32));
-            if g == groups - 1 {
-                format!("{word:x}")
-            } else {
-                format!("{word:08x}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The CPUs of a kernel CPU mask (`00000000,00000003` or `3`); `None` when malformed.
-pub fn mask_cpus(mask: &str) -> Option<BTreeSet<u32>> {
-    let mut cpus = BTreeSet::new();
-    let groups: Vec<&str> = mask.trim().split(',').collect();
-    for (i, group) in groups.iter().rev().enumerate() {
-        if group.is_empty() || group.len() > 8 {
-            return None;
-        }
-        let word = u32::from_str_radix(group, 16).ok()?;
-        let base = u32::try_from(i).ok()?.checked_mul(32)?;
-        cpus.extend((0..32).filter(|b| word & (1 << b) != 0).map(|b| base + b));
-    }
-    Some(cpus)
-}
 
 /// The file of a queue setting.
 fn path(roots: &Roots, kind: Kind, target: &str) -> Result<PathBuf, String> {
@@ -221,31 +183,6 @@ pub fn sock_flow_entries(total: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn masks() {
-        let table: &[(&[u32], &str)] = &[
-            (&[], "0"),
-            (&[0], "1"),
-            (&[0, 1], "3"),
-            (&[1, 3], "a"),
-            (&[0, 1, 2, 3, 4, 5, 6, 7], "ff"),
-            (&[31], "80000000"),
-            (&[32], "1,00000000"),
-            (&[0, 1, 32, 33, 34, 35, 36, 37, 38, 39], "ff,00000003"),
-            (&[64], "1,00000000,00000000"),
-        ];
-        for (cpus, mask) in table {
-            let set: BTreeSet<u32> = cpus.iter().copied().collect();
-            assert_eq!(cpus_to_mask(&set), *mask, "{cpus:?}");
-            assert_eq!(mask_cpus(mask), Some(set), "{mask}");
-        }
-        assert_eq!(mask_cpus("00000000,00000003"), Some([0, 1].into()));
-        assert_eq!(mask_cpus("03"), Some([0, 1].into()));
-        for bad in ["", "g", "1,,2", "123456789", "0-1"] {
-            assert_eq!(mask_cpus(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn paths() {

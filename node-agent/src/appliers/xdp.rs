@@ -21,7 +21,7 @@
 //! attached with its full list in place; a revert detaches the program before unpinning the
 //! maps.
 //!
-//! Pins live under the bpffs root (`--bpffs-root`, default [`DEFAULT_BPFFS_ROOT`]), one
+//! Pins live under the bpffs root (`--bpffs-root`, default [`crate::paths::DEFAULT_BPFFS_ROOT`]), one
 //! directory per interface ([`Pins`]). Pinned links keep the programs attached when the agent
 //! exits, so a restarted agent reads the same values back and changes nothing.
 //!
@@ -38,10 +38,8 @@ use std::str::FromStr;
 
 use hoststack_crds::{InterfaceFacts, Xdp, XdpMode, XdpProgram};
 
-use super::{invalid, plain_name, Kernel, Kind, Reading, Setting, Wants};
-
-/// The bpffs directory under which the agent pins by default.
-pub const DEFAULT_BPFFS_ROOT: &str = "/sys/fs/bpf/hoststack";
+use super::{invalid, Kernel, Kind, Reading, Setting, Wants};
+use crate::sysfs::{dir_names, plain_name};
 
 /// The most prefixes one interface's blocklist holds (per address family: the maps' size).
 pub const MAX_PREFIXES: usize = 4096;
@@ -722,7 +720,7 @@ pub fn write_blocklist(
 
 /// The interfaces with a pinned `drops` map under `root`, sorted.
 pub fn counted_interfaces(root: &Path) -> Vec<String> {
-    super::dir_names(root)
+    dir_names(root)
         .into_iter()
         .filter(|i| plain_name(i) && Pins::new(root, i).map("drops").exists())
         .collect()

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hoststack_crds::{InterfaceFacts, StackBackend, UserspaceStack};
 
-use crate::appliers::irq::{format_list, parse_list, QueueIrq};
-use crate::appliers::rps::{cpus_to_mask, mask_cpus};
+use crate::appliers::irq::QueueIrq;
 use crate::appliers::{Host, Kind, Reading, Refusal, Setting};
+use crate::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use crate::journal::Journal;
 use crate::transaction::Desired;
 

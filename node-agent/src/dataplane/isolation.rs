@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use crate::appliers::irq::{format_list, parse_list};
+use crate::cpus::{format_list, parse_list};
 
 /// The CPUs the kernel keeps apart, as read from sysfs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use hoststack_crds::{InterfaceFacts, Mode, NodeState, StackBackend, UserspaceSta
 use crate::appliers::nic::ethtool::Rss;
 use crate::appliers::nic::socket;
 use crate::reconciler::Desired;
-pub use supervisor::{Supervisor, Wanted, RUNNER_BINARY};
+pub use supervisor::{Supervisor, Wanted};
 
 /// What the supervisor does about a desired state.
 #[derive(Clone, Debug, PartialEq)]
@@ -114,9 +114,8 @@ pub fn wanted_with(
         .find(|i| i.name == stack.interface)
         .and_then(|i| i.pci_address.as_deref())
         .or_else(|| {
-            (stack.backend == StackBackend::Dpdk
-                && crate::appliers::dpdk::is_pci_address(&stack.interface))
-            .then_some(stack.interface.as_str())
+            (stack.backend == StackBackend::Dpdk && crate::sysfs::is_pci_address(&stack.interface))
+                .then_some(stack.interface.as_str())
         });
     let warning = isolation::Isolation::read(sys_root).warning(&cores);
     let config = runner_config::RunnerConfig {

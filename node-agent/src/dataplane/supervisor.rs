@@ -27,9 +27,6 @@ use super::runner_config::RunnerConfig;
 use super::stats::{self, Supervision};
 use crate::appliers::{xdp, Host};
 
-/// The runner's file name; the agent looks for it next to its own executable by default.
-pub const RUNNER_BINARY: &str = "hoststack-userstack";
-
 /// How often the monitor looks at the runner.
 const POLL: Duration = Duration::from_millis(100);
 
