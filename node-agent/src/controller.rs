@@ -38,7 +38,7 @@ use crate::dataplane::{self, backoff::Backoff, Supervisor};
 use crate::exporter::{Exporter, NodeInfoLabels};
 use crate::health::{Ended, Sampler, Snapshot};
 use crate::journal::JournalStore;
-use crate::reconciler::{Desired, Next, Reconciler};
+use crate::reconciler::{Intent, Next, Reconciler};
 use crate::report::{self, StatusInput};
 use crate::transaction::{Outcome, Transactor};
 use crate::{Error, Result};
@@ -173,8 +173,8 @@ struct Agent {
     status_failed: bool,
     /// The /metrics registry: node info and the agent's work.
     metrics: Arc<Exporter>,
-    /// The last reconcile's desired state and outcome, which a health sample is reported with.
-    last: Option<(Desired, Outcome)>,
+    /// The last reconcile's intent and outcome, which a health sample is reported with.
+    last: Option<(Intent, Outcome)>,
     /// Health windows and the latest sample.
     sampler: Sampler,
     /// Whether the sample of the status found at start was taken over.
@@ -188,7 +188,7 @@ struct Agent {
 impl Agent {
     /// One reconcile of the current object: decide, maybe transact, report.
     async fn reconcile(&mut self) {
-        let desired = Desired::of(self.object.as_ref());
+        let intent = Intent::of(self.object.as_ref());
         if !std::mem::replace(&mut self.resumed, true) {
             let previous = self.object.as_ref().and_then(|o| o.status.as_ref());
             self.sampler
@@ -198,15 +198,15 @@ impl Agent {
             .node_info
             .set(NodeInfoLabels::of(self.object.as_ref()));
         // A revert stops the stack first; the transaction then gives its cores back.
-        self.follow_dataplane(dataplane::before_transaction(&desired));
-        let next = block_in_place(|| self.reconciler.next(&desired));
+        self.follow_dataplane(dataplane::before_transaction(&intent));
+        let next = block_in_place(|| self.reconciler.next(&intent));
         let outcome = match next {
             Ok(Next::Report(outcome)) => outcome,
             Ok(Next::Transaction { applying }) => {
                 // Settings of the applied revision changed and the policy re-applies them (under
                 // Report a transaction only runs for other work, which rewrites them in passing).
                 let drift = !self.reconciler.drifted().is_empty()
-                    && desired.drift_policy() == Some(DriftPolicy::Reapply);
+                    && intent.drift_policy() == Some(DriftPolicy::Reapply);
                 if drift {
                     tracing::warn!(
                         drifted = %crate::drift::message(self.reconciler.drifted()),
@@ -215,11 +215,11 @@ impl Agent {
                 }
                 self.sampler.transaction_started();
                 if let Some(applying) = applying {
-                    self.report(&desired, &applying).await;
+                    self.report(&intent, &applying).await;
                 }
-                tracing::info!(revision = ?desired.revision(), "transaction starts");
+                tracing::info!(revision = ?intent.revision(), "transaction starts");
                 let started = std::time::Instant::now();
-                let outcome = block_in_place(|| self.reconciler.transact(&desired));
+                let outcome = block_in_place(|| self.reconciler.transact(&intent));
                 self.metrics
                     .work
                     .transaction(outcome.state, started.elapsed(), drift);
@@ -237,20 +237,20 @@ impl Agent {
         };
         self.metrics.work.applied(outcome.applied.as_ref());
         // The stack is the last step of an applied revision.
-        self.follow_dataplane(dataplane::after_transaction(&desired, outcome.state));
+        self.follow_dataplane(dataplane::after_transaction(&intent, outcome.state));
         self.follow_health_request(&outcome);
         self.follow_preview();
-        self.report(&desired, &outcome).await;
-        self.last = Some((desired, outcome));
+        self.report(&intent, &outcome).await;
+        self.last = Some((intent, outcome));
     }
 
     /// Starts, keeps or stops the user-space stack as `step` says; a failure is logged, and the
     /// next reconcile tries again.
-    fn follow_dataplane(&mut self, step: dataplane::Step) {
+    fn follow_dataplane(&mut self, step: dataplane::StackAction) {
         let result = match step {
-            dataplane::Step::Keep => return,
-            dataplane::Step::Stop => block_in_place(|| self.dataplane.stop()),
-            dataplane::Step::Run(stack) => block_in_place(|| {
+            dataplane::StackAction::Keep => return,
+            dataplane::StackAction::Stop => block_in_place(|| self.dataplane.stop()),
+            dataplane::StackAction::Run(stack) => block_in_place(|| {
                 let facts = crate::facts::collect(&self.config.proc_root, &self.config.sys_root);
                 dataplane::wanted(&stack, &self.config.sys_root, &facts.interfaces)
                     .and_then(|wanted| self.dataplane.ensure(wanted))
@@ -292,11 +292,11 @@ impl Agent {
         if self.preview.as_ref().is_some_and(|p| p.id == request.id) {
             return;
         }
-        let desired = crate::preview::desired(&object.spec, request);
-        let planned = block_in_place(|| self.reconciler.preview(&desired));
+        let intent = crate::preview::intent(&object.spec, request);
+        let planned = block_in_place(|| self.reconciler.preview(&intent));
         let answer = crate::preview::answer(
             &request.id,
-            desired.revision().unwrap_or_default(),
+            intent.revision().unwrap_or_default(),
             planned,
             &report::now().0.to_string(),
         );
@@ -325,8 +325,8 @@ impl Agent {
                         "TCP counters went backwards (reset); this window measured nothing"
                     );
                 }
-                if let Some((desired, outcome)) = self.last.clone() {
-                    self.report(&desired, &outcome).await;
+                if let Some((intent, outcome)) = self.last.clone() {
+                    self.report(&intent, &outcome).await;
                 }
             }
             Some(Ended::Unmeasured(reason)) => {
@@ -337,7 +337,7 @@ impl Agent {
     }
 
     /// Writes the status for `outcome` when it differs from the current one.
-    async fn report(&mut self, desired: &Desired, outcome: &Outcome) {
+    async fn report(&mut self, intent: &Intent, outcome: &Outcome) {
         let Some(object) = &self.object else {
             return;
         };
@@ -346,7 +346,7 @@ impl Agent {
         let previous = object.status.as_ref();
         let mut status = report::status(&StatusInput {
             outcome,
-            observed_revision: desired.revision(),
+            observed_revision: intent.revision(),
             drifted: self.reconciler.drifted(),
             facts: Some(facts),
             health: self.sampler.latest(),

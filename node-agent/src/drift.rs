@@ -11,7 +11,7 @@ use std::fmt;
 
 use crate::appliers::{Reading, Setting};
 use crate::journal::Journal;
-use crate::transaction::{Desired, Goal, Plan, Readings};
+use crate::transaction::{Goal, Plan, Readings, TargetValues};
 
 /// One setting whose value on the host is no longer the one the applied revision set.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,11 +40,11 @@ impl fmt::Display for Drift {
 /// the host is on the goal's revision, limited to the settings the journal manages (a setting
 /// the revision newly gained, e.g. for an interface that appeared, is work for a transaction,
 /// not drift). Empty for a revert or another revision.
-pub fn applied_settings(goal: &Goal, journal: &Journal) -> Desired {
+pub fn applied_settings(goal: &Goal, journal: &Journal) -> TargetValues {
     if goal.target.is_none() || journal.applied != goal.target {
-        return Desired::new();
+        return TargetValues::new();
     }
-    goal.desired
+    goal.values
         .iter()
         .filter(|(setting, _)| journal.original(setting).is_some())
         .map(|(setting, value)| (setting.clone(), value.clone()))
@@ -53,7 +53,7 @@ pub fn applied_settings(goal: &Goal, journal: &Journal) -> Desired {
 
 /// The applied settings whose reading differs from their desired value (as their kind compares
 /// values), in setting order. A setting that was not read is not judged.
-pub fn detect(applied: &Desired, readings: &Readings) -> Vec<Drift> {
+pub fn detect(applied: &TargetValues, readings: &Readings) -> Vec<Drift> {
     applied
         .iter()
         .filter_map(|(setting, desired)| {
@@ -84,7 +84,7 @@ pub fn only_drift(plan: &Plan, drifted: &[Drift]) -> bool {
     !drifted.is_empty()
         && plan.added.is_empty()
         && plan.released.is_empty()
-        && plan.steps.iter().all(|step| is_drifted(&step.setting))
+        && plan.writes.iter().all(|write| is_drifted(&write.setting))
         && plan.failures.iter().all(|(setting, _)| is_drifted(setting))
 }
 
@@ -93,7 +93,7 @@ mod tests {
     use super::*;
     use crate::appliers::Kind;
     use crate::journal::{Applied, Entry};
-    use crate::transaction::{plan, Action, Step};
+    use crate::transaction::{plan, Action, Write};
 
     fn s(key: &str) -> Setting {
         Setting::sysctl(key)
@@ -110,7 +110,7 @@ mod tests {
         })
     }
 
-    fn desired(pairs: &[(Setting, &str)]) -> Desired {
+    fn values(pairs: &[(Setting, &str)]) -> TargetValues {
         pairs
             .iter()
             .map(|(s, v)| (s.clone(), v.to_string()))
@@ -121,7 +121,7 @@ mod tests {
     fn applied_settings_are_the_managed_settings_of_the_revision_the_host_is_on() {
         let goal = Goal {
             target: applied("r1"),
-            desired: desired(&[
+            values: values(&[
                 (s("net.ipv4.tcp_sack"), "0"),
                 (s("net.core.somaxconn"), "8192"),
             ]),
@@ -134,7 +134,7 @@ mod tests {
         // somaxconn is not managed yet: a transaction's work, not drift.
         assert_eq!(
             applied_settings(&goal, &journal),
-            desired(&[(s("net.ipv4.tcp_sack"), "0")])
+            values(&[(s("net.ipv4.tcp_sack"), "0")])
         );
         // Another revision, or a revert, has nothing applied to drift from.
         let other = Journal {
@@ -153,17 +153,22 @@ mod tests {
     #[test]
     fn detect_table() {
         let irq = Setting::new(Kind::IrqAffinity, "42");
-        type Case = (&'static str, Desired, Vec<(Setting, Reading)>, Vec<Drift>);
+        type Case = (
+            &'static str,
+            TargetValues,
+            Vec<(Setting, Reading)>,
+            Vec<Drift>,
+        );
         let cases: Vec<Case> = vec![
             (
                 "nothing changed",
-                desired(&[(s("net.ipv4.tcp_sack"), "0")]),
+                values(&[(s("net.ipv4.tcp_sack"), "0")]),
                 vec![(s("net.ipv4.tcp_sack"), v("0"))],
                 vec![],
             ),
             (
                 "a value changed behind the agent's back",
-                desired(&[
+                values(&[
                     (s("net.ipv4.tcp_sack"), "0"),
                     (s("net.core.somaxconn"), "8192"),
                 ]),
@@ -179,7 +184,7 @@ mod tests {
             ),
             (
                 "values compare as their kind does: whitespace, CPU sets",
-                desired(&[
+                values(&[
                     (s("net.ipv4.tcp_rmem"), "4096 131072 6291456"),
                     (irq.clone(), "0-1"),
                 ]),
@@ -191,7 +196,7 @@ mod tests {
             ),
             (
                 "a setting that vanished or cannot be read has drifted",
-                desired(&[(s("net.ipv4.a"), "1"), (s("net.ipv4.b"), "1")]),
+                values(&[(s("net.ipv4.a"), "1"), (s("net.ipv4.b"), "1")]),
                 vec![
                     (s("net.ipv4.a"), Reading::Missing("no such sysctl".into())),
                     (s("net.ipv4.b"), Reading::Unreadable("denied".into())),
@@ -211,7 +216,7 @@ mod tests {
             ),
             (
                 "a setting that was not read is not judged",
-                desired(&[(s("net.ipv4.tcp_sack"), "0")]),
+                values(&[(s("net.ipv4.tcp_sack"), "0")]),
                 vec![],
                 vec![],
             ),
@@ -251,7 +256,7 @@ mod tests {
             desired: "0".into(),
             found: v("1"),
         };
-        let write = |key: &str| Step {
+        let write = |key: &str| Write {
             setting: s(key),
             before: "1".into(),
             value: "0".into(),
@@ -262,7 +267,7 @@ mod tests {
             (
                 "rewriting the drifted setting",
                 Plan {
-                    steps: vec![write("net.ipv4.tcp_sack")],
+                    writes: vec![write("net.ipv4.tcp_sack")],
                     ..Plan::default()
                 },
                 vec![sack.clone()],
@@ -280,7 +285,7 @@ mod tests {
             (
                 "another write too",
                 Plan {
-                    steps: vec![write("net.ipv4.tcp_sack"), write("net.core.somaxconn")],
+                    writes: vec![write("net.ipv4.tcp_sack"), write("net.core.somaxconn")],
                     ..Plan::default()
                 },
                 vec![sack.clone()],
@@ -289,7 +294,7 @@ mod tests {
             (
                 "a new original to record",
                 Plan {
-                    steps: vec![write("net.ipv4.tcp_sack")],
+                    writes: vec![write("net.ipv4.tcp_sack")],
                     added: vec![Entry::new(&s("net.core.somaxconn"), "4096")],
                     ..Plan::default()
                 },
@@ -299,7 +304,7 @@ mod tests {
             (
                 "a setting to release",
                 Plan {
-                    steps: vec![write("net.ipv4.tcp_sack")],
+                    writes: vec![write("net.ipv4.tcp_sack")],
                     released: vec![s("net.core.somaxconn")],
                     ..Plan::default()
                 },
@@ -317,7 +322,7 @@ mod tests {
         // The same readings through the real plan step: only the drifted setting is written.
         let goal = Goal {
             target: applied("r1"),
-            desired: desired(&[
+            values: values(&[
                 (s("net.ipv4.tcp_sack"), "0"),
                 (s("net.core.somaxconn"), "8192"),
             ]),
@@ -336,7 +341,7 @@ mod tests {
         ]
         .into();
         let drifted = detect(&applied_settings(&goal, &journal), &readings);
-        let planned = plan(&goal.desired, &journal.originals, &readings);
+        let planned = plan(&goal.values, &journal.originals, &readings);
         assert_eq!(drifted.len(), 1);
         assert!(only_drift(&planned, &drifted));
     }

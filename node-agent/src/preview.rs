@@ -1,7 +1,7 @@
 //! Previews: the agent's answer to `spec.preview` (`kubectl hoststack plan`), what applying
 //! another config would change on this host now, computed by Plan mode and changing nothing.
 //!
-//! The pure part lives here: which desired state a request stands for, and the answer made from
+//! The pure part lives here: which intent a request stands for, and the answer made from
 //! the plan's outcome. The watch loop ([`crate::controller`]) asks the
 //! [`Reconciler`](crate::reconciler::Reconciler) for the plan once per request id, after any
 //! transaction of the same reconcile, and keeps the answer in every status write while the
@@ -9,20 +9,20 @@
 
 use hoststack_crds::{Mode, NodeState, NodeTuningSpec, PreviewRequest, PreviewResult};
 
-use crate::reconciler::Desired;
+use crate::reconciler::Intent;
 use crate::transaction::Outcome;
 
 /// The tuning name a preview goes under when neither the request nor the spec names one.
 const UNNAMED: &str = "preview";
 
-/// The Plan-mode desired state of `request`, a preview on the node whose spec is `spec`.
-pub fn desired(spec: &NodeTuningSpec, request: &PreviewRequest) -> Desired {
+/// The Plan-mode intent of `request`, a preview on the node whose spec is `spec`.
+pub fn intent(spec: &NodeTuningSpec, request: &PreviewRequest) -> Intent {
     let tuning = request
         .tuning
         .clone()
         .or_else(|| spec.tuning.clone())
         .unwrap_or_else(|| UNNAMED.to_string());
-    Desired::Revision {
+    Intent::Revision {
         tuning,
         revision: request.config.revision(),
         config: Box::new(request.config.clone()),
@@ -84,12 +84,12 @@ mod tests {
             ..NodeTuningSpec::default()
         };
         let r = request(Some("edge-next"));
-        let Desired::Revision {
+        let Intent::Revision {
             tuning,
             revision,
             config,
             mode,
-        } = desired(&spec, &r)
+        } = intent(&spec, &r)
         else {
             panic!("not a revision");
         };
@@ -104,11 +104,11 @@ mod tests {
         );
         let unnamed = request(None);
         assert_eq!(
-            desired(&spec, &unnamed).target().map(|a| a.tuning),
+            intent(&spec, &unnamed).target().map(|a| a.tuning),
             Some("edge".into())
         );
         assert_eq!(
-            desired(&NodeTuningSpec::default(), &unnamed)
+            intent(&NodeTuningSpec::default(), &unnamed)
                 .target()
                 .map(|a| a.tuning),
             Some(UNNAMED.into())

@@ -1,6 +1,6 @@
 //! The reconciler: what the agent does with one desired state, without the API server.
 //!
-//! It turns the NodeTuning into a [`Desired`], decides whether the host needs a transaction,
+//! It turns the NodeTuning into an [`Intent`], decides whether the host needs a transaction,
 //! runs it through the [`Transactor`], and remembers what it reported and which revision failed,
 //! so that a failed revision is not retried until the spec changes (a restart retries it once).
 //!
@@ -19,14 +19,14 @@ use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeConfig, NodeS
 
 use crate::appliers::{dpdk, irq, Kind, Reading};
 use crate::drift::{self, Drift};
-use crate::expand::{expand, refused_item, Discovery};
+use crate::expand::{expand, Discovery, Expansion};
 use crate::journal::Applied;
 use crate::transaction::{Goal, Outcome, Prepared, Readings, Transactor};
 use crate::Result;
 
 /// What the node's NodeTuning asks for.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Desired {
+pub enum Intent {
     /// There is no NodeTuning for this node (not created yet, or deleted): revert whatever the
     /// journal holds; there is no status to report to.
     Absent,
@@ -45,62 +45,52 @@ pub enum Desired {
     },
 }
 
-impl Desired {
+impl Intent {
     /// What `object` asks for. A spec without a revision gets the revision of its config.
     pub fn of(object: Option<&NodeTuning>) -> Self {
         let Some(object) = object else {
-            return Desired::Absent;
+            return Intent::Absent;
         };
         let spec = &object.spec;
         match (&spec.tuning, &spec.config) {
-            (Some(tuning), Some(config)) => Desired::Revision {
+            (Some(tuning), Some(config)) => Intent::Revision {
                 tuning: tuning.clone(),
                 revision: spec.revision.clone().unwrap_or_else(|| config.revision()),
                 config: Box::new(config.clone()),
                 mode: spec.mode.unwrap_or_default(),
             },
-            _ => Desired::Withdrawn,
+            _ => Intent::Withdrawn,
         }
     }
 
     /// The revision the desired state is about.
     pub fn revision(&self) -> Option<&str> {
         match self {
-            Desired::Revision { revision, .. } => Some(revision),
-            Desired::Absent | Desired::Withdrawn => None,
+            Intent::Revision { revision, .. } => Some(revision),
+            Intent::Absent | Intent::Withdrawn => None,
         }
     }
 
     /// What to do about drift, for a revision.
     pub fn drift_policy(&self) -> Option<DriftPolicy> {
         match self {
-            Desired::Revision { config, .. } => Some(config.drift_policy.unwrap_or_default()),
-            Desired::Absent | Desired::Withdrawn => None,
+            Intent::Revision { config, .. } => Some(config.drift_policy.unwrap_or_default()),
+            Intent::Absent | Intent::Withdrawn => None,
         }
     }
 
     /// The revision to apply; `None` reverts.
     pub fn target(&self) -> Option<Applied> {
         match self {
-            Desired::Revision {
+            Intent::Revision {
                 tuning, revision, ..
             } => Some(Applied {
                 tuning: tuning.clone(),
                 revision: revision.clone(),
             }),
-            Desired::Absent | Desired::Withdrawn => None,
+            Intent::Absent | Intent::Withdrawn => None,
         }
     }
-}
-
-/// A goal and what stands in its way: items of refused requests and of parts this agent does not
-/// implement. Any such item fails the revision before any write.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Expanded {
-    /// The transaction's goal.
-    pub goal: Goal,
-    /// Refused requests (state Failed) and unimplemented parts (state NotSupported).
-    pub blockers: Vec<ItemResult>,
 }
 
 /// What to do next for a desired state.
@@ -121,9 +111,9 @@ pub struct Reconciler {
     transactor: Transactor,
     step_delay: Duration,
     /// The last outcome and what it was for.
-    last: Option<(Desired, Outcome)>,
+    last: Option<(Intent, Outcome)>,
     /// A revision whose transaction failed; not retried while it stays desired.
-    failed: Option<Desired>,
+    failed: Option<Intent>,
     /// The API server's address, whose route DPDK binding must not cut.
     api_server: Option<IpAddr>,
     /// Settings of the applied revision that drifted, as the last decision found them.
@@ -156,34 +146,15 @@ impl Reconciler {
         self.api_server = address;
     }
 
-    /// Reads the host and expands `desired` into a goal and its blockers.
-    pub fn expand(&self, desired: &Desired) -> Result<Expanded> {
-        let Desired::Revision { config, mode, .. } = desired else {
-            return Ok(Expanded {
-                goal: Goal::revert(),
-                blockers: Vec::new(),
-            });
+    /// Reads the host and expands what `intent` asks for: a revision's config into its goal and
+    /// the requests this host cannot carry out; anything else into the goal of a revert.
+    pub fn expand(&self, intent: &Intent) -> Result<Expansion> {
+        let (Intent::Revision { config, .. }, Some(revision)) = (intent, intent.target()) else {
+            return Ok(Expansion::revert());
         };
         let journal = self.transactor.journal()?;
         let discovery = Discovery::read(self.transactor.host(), self.api_server, &journal);
-        let expansion = expand(config, &discovery);
-        let state = if *mode == Mode::Plan {
-            ItemState::WouldFail
-        } else {
-            ItemState::Failed
-        };
-        let blockers: Vec<ItemResult> = expansion
-            .refused
-            .iter()
-            .map(|r| refused_item(r, state))
-            .collect();
-        Ok(Expanded {
-            goal: Goal {
-                target: desired.target(),
-                desired: expansion.desired,
-            },
-            blockers,
-        })
+        Ok(expand(revision, config, &discovery))
     }
 
     /// Adds notes to the items of an outcome: a warning on IRQ items while irqbalance runs, the
@@ -223,16 +194,18 @@ impl Reconciler {
 
     /// Decides what `desired` needs: a report (reading the host, changing nothing but an
     /// interrupted transaction), or a transaction.
-    pub fn next(&mut self, desired: &Desired) -> Result<Next> {
-        if self.failed.as_ref().is_some_and(|f| f != desired) {
+    pub fn next(&mut self, intent: &Intent) -> Result<Next> {
+        if self.failed.as_ref().is_some_and(|f| f != intent) {
             self.failed = None;
         }
         let mut pause = self.pause();
         self.transactor.recover(&mut pause)?;
-        let Expanded { goal, blockers } = self.expand(desired)?;
+        let expansion = self.expand(intent)?;
+        let blockers = blocking_items(intent, &expansion);
+        let goal = expansion.goal;
         let prepared = self.transactor.prepare(&goal, &mut pause)?;
-        self.drifted = match desired {
-            Desired::Revision {
+        self.drifted = match intent {
+            Intent::Revision {
                 mode: Mode::Apply, ..
             } if blockers.is_empty() => drift::detect(
                 &drift::applied_settings(&goal, &prepared.journal),
@@ -245,21 +218,21 @@ impl Reconciler {
                 // The host came to match the failed revision without the agent (a re-apply of
                 // drift failed, then someone put the values back): nothing left to retry.
                 self.failed = None;
-            } else if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == desired) {
+            } else if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == intent) {
                 return Ok(Next::Report(outcome.clone()));
             }
         }
-        let report_drift = desired.drift_policy() == Some(DriftPolicy::Report)
+        let report_drift = intent.drift_policy() == Some(DriftPolicy::Report)
             && drift::only_drift(&prepared.plan, &self.drifted);
-        let mut outcome = match desired {
-            Desired::Revision { mode, .. } => {
+        let mut outcome = match intent {
+            Intent::Revision { mode, .. } => {
                 if *mode == Mode::Plan {
                     planned(&prepared, &goal, blockers)
                 } else if !blockers.is_empty() {
                     not_supported(prepared.preview(&goal), blockers)
                 } else if prepared.is_settled(&goal) || report_drift {
                     // Settled, or drifted under the Report policy: report the host as it is.
-                    self.reuse(desired, NodeState::Applied, &prepared.readings)
+                    self.reuse(intent, NodeState::Applied, &prepared.readings)
                         .unwrap_or_else(|| prepared.settled(&goal))
                 } else if !prepared.plan.failures.is_empty() {
                     // Fails before any write: no Applying in between.
@@ -277,16 +250,16 @@ impl Reconciler {
                     });
                 }
             }
-            Desired::Absent | Desired::Withdrawn => {
+            Intent::Absent | Intent::Withdrawn => {
                 if !prepared.is_settled(&goal) {
                     return Ok(Next::Transaction { applying: None });
                 }
-                self.reuse(desired, NodeState::Reverted, &prepared.readings)
+                self.reuse(intent, NodeState::Reverted, &prepared.readings)
                     .unwrap_or_else(|| prepared.settled(&goal))
             }
         };
         self.annotate(&mut outcome);
-        self.last = Some((desired.clone(), outcome.clone()));
+        self.last = Some((intent.clone(), outcome.clone()));
         Ok(Next::Report(outcome))
     }
 
@@ -294,8 +267,10 @@ impl Reconciler {
     /// `desired` would do on the host now, from the journal and fresh readings. Writes nothing
     /// (beyond undoing an interrupted transaction, as every reconcile does) and leaves the
     /// reconciler's memory of the spec's own outcome alone.
-    pub fn preview(&self, desired: &Desired) -> Result<Outcome> {
-        let Expanded { goal, blockers } = self.expand(desired)?;
+    pub fn preview(&self, intent: &Intent) -> Result<Outcome> {
+        let expansion = self.expand(intent)?;
+        let blockers = blocking_items(intent, &expansion);
+        let goal = expansion.goal;
         let prepared = self.transactor.prepare(&goal, &mut self.pause())?;
         let mut outcome = planned(&prepared, &goal, blockers);
         self.annotate(&mut outcome);
@@ -304,23 +279,22 @@ impl Reconciler {
 
     /// Runs the transaction to `desired`. A revision whose items failed is remembered and not
     /// retried; an error of the agent itself (journal I/O) is retried on the next reconcile.
-    pub fn transact(&mut self, desired: &Desired) -> Outcome {
+    pub fn transact(&mut self, intent: &Intent) -> Outcome {
         let mut pause = self.pause();
-        let result = self
-            .expand(desired)
-            .and_then(|Expanded { goal, blockers }| {
-                if blockers.is_empty() {
-                    self.transactor.execute(&goal, &mut pause)
-                } else {
-                    let prepared = self.transactor.prepare(&goal, &mut pause)?;
-                    Ok(not_supported(prepared.preview(&goal), blockers))
-                }
-            });
+        let result = self.expand(intent).and_then(|expansion| {
+            let blockers = blocking_items(intent, &expansion);
+            let goal = expansion.goal;
+            if blockers.is_empty() {
+                self.transactor.execute(&goal, &mut pause)
+            } else {
+                let prepared = self.transactor.prepare(&goal, &mut pause)?;
+                Ok(not_supported(prepared.preview(&goal), blockers))
+            }
+        });
         let mut outcome = match result {
             Ok(outcome) => {
-                if outcome.state == NodeState::Failed && matches!(desired, Desired::Revision { .. })
-                {
-                    self.failed = Some(desired.clone());
+                if outcome.state == NodeState::Failed && matches!(intent, Intent::Revision { .. }) {
+                    self.failed = Some(intent.clone());
                 } else {
                     // Every setting was written and read back: nothing is drifted any more.
                     self.drifted.clear();
@@ -333,7 +307,7 @@ impl Reconciler {
             }
         };
         self.annotate(&mut outcome);
-        self.last = Some((desired.clone(), outcome.clone()));
+        self.last = Some((intent.clone(), outcome.clone()));
         outcome
     }
 
@@ -349,11 +323,11 @@ impl Reconciler {
 
     /// The last outcome, when it was for `desired` and in `state`: a settled host keeps the
     /// items of the transaction that settled it, with `actual` as `readings` found it now.
-    fn reuse(&self, desired: &Desired, state: NodeState, readings: &Readings) -> Option<Outcome> {
+    fn reuse(&self, intent: &Intent, state: NodeState, readings: &Readings) -> Option<Outcome> {
         let (_, last) = self
             .last
             .as_ref()
-            .filter(|(d, o)| d == desired && o.state == state)?;
+            .filter(|(d, o)| d == intent && o.state == state)?;
         let mut outcome = last.clone();
         for item in &mut outcome.items {
             let reading = readings
@@ -378,6 +352,18 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// The items of the requests `expansion` refused: Failed, or WouldFail in Plan mode. Any of
+/// them fails the revision before any write.
+fn blocking_items(intent: &Intent, expansion: &Expansion) -> Vec<ItemResult> {
+    let state = match intent {
+        Intent::Revision {
+            mode: Mode::Plan, ..
+        } => ItemState::WouldFail,
+        _ => ItemState::Failed,
+    };
+    expansion.blockers(state)
 }
 
 /// The Failed outcome of a revision with blockers (refused requests, parts this agent does not
@@ -453,19 +439,19 @@ mod tests {
 
     #[test]
     fn desired_state_of_a_node_tuning() {
-        assert_eq!(Desired::of(None), Desired::Absent);
+        assert_eq!(Intent::of(None), Intent::Absent);
         let withdrawn = object(NodeTuningSpec {
             mode: Some(Mode::Apply),
             ..NodeTuningSpec::default()
         });
-        assert_eq!(Desired::of(Some(&withdrawn)), Desired::Withdrawn);
-        assert_eq!(Desired::Withdrawn.target(), None);
+        assert_eq!(Intent::of(Some(&withdrawn)), Intent::Withdrawn);
+        assert_eq!(Intent::Withdrawn.target(), None);
         // A tuning without a config asks for nothing either.
         let half = object(NodeTuningSpec {
             tuning: Some("edge".into()),
             ..NodeTuningSpec::default()
         });
-        assert_eq!(Desired::of(Some(&half)), Desired::Withdrawn);
+        assert_eq!(Intent::of(Some(&half)), Intent::Withdrawn);
 
         // Without a revision, the config's own; without a mode, Apply.
         let nt = object(NodeTuningSpec {
@@ -475,14 +461,14 @@ mod tests {
             mode: None,
             ..NodeTuningSpec::default()
         });
-        let desired = Desired::of(Some(&nt));
-        assert_eq!(desired.revision(), Some(config().revision().as_str()));
-        let Desired::Revision { mode, .. } = &desired else {
-            panic!("{desired:?}");
+        let intent = Intent::of(Some(&nt));
+        assert_eq!(intent.revision(), Some(config().revision().as_str()));
+        let Intent::Revision { mode, .. } = &intent else {
+            panic!("{intent:?}");
         };
         assert_eq!(*mode, Mode::Apply);
         assert_eq!(
-            desired.target(),
+            intent.target(),
             Some(Applied {
                 tuning: "edge".into(),
                 revision: config().revision(),
@@ -496,17 +482,17 @@ mod tests {
             ),
             Duration::ZERO,
         );
-        let expanded = r.expand(&desired).expect("expand");
-        assert!(expanded.blockers.is_empty());
+        let expanded = r.expand(&intent).expect("expand");
+        assert!(blocking_items(&intent, &expanded).is_empty());
         assert_eq!(
             expanded
                 .goal
-                .desired
+                .values
                 .get(&crate::appliers::Setting::sysctl("net.ipv4.tcp_sack")),
             Some(&"0".to_string())
         );
         assert_eq!(
-            r.expand(&Desired::Withdrawn).expect("expand").goal,
+            r.expand(&Intent::Withdrawn).expect("expand").goal,
             Goal::revert()
         );
     }
@@ -530,13 +516,13 @@ mod tests {
             "net.ipv4.conf.plan0.rp_filter".into(),
             SysctlValue("2".into()),
         );
-        let desired = Desired::Revision {
+        let intent = Intent::Revision {
             tuning: "edge".into(),
             revision: c.revision(),
             config: Box::new(c),
             mode: Mode::Plan,
         };
-        let outcome = r.preview(&desired).expect("preview");
+        let outcome = r.preview(&intent).expect("preview");
         assert_eq!(outcome.state, NodeState::Planned);
         let item = |target: &str| {
             outcome
@@ -581,7 +567,8 @@ mod tests {
             config: Some(c),
             ..NodeTuningSpec::default()
         });
-        let items = r.expand(&Desired::of(Some(&nt))).expect("expand").blockers;
+        let intent = Intent::of(Some(&nt));
+        let items = blocking_items(&intent, &r.expand(&intent).expect("expand"));
         let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
         assert_eq!(kinds, ["userspaceStack"]);
         assert!(items.iter().all(|i| i.state == ItemState::Failed));

@@ -14,8 +14,8 @@ use crate::appliers::{Host, Reading, Setting};
 use crate::journal::{Applied, Entry, InFlight, Journal, JournalStore};
 use crate::{Error, Result};
 
-/// Desired value of each setting of a revision.
-pub type Desired = BTreeMap<Setting, String>;
+/// The target value of each setting of a revision: what the transaction makes the host hold.
+pub type TargetValues = BTreeMap<Setting, String>;
 
 /// What reading each setting from the host gave.
 pub type Readings = BTreeMap<Setting, Reading>;
@@ -25,8 +25,8 @@ pub type Readings = BTreeMap<Setting, Reading>;
 pub struct Goal {
     /// The revision to apply; `None` reverts everything hoststack changed.
     pub target: Option<Applied>,
-    /// The settings of that revision and their values; empty for a revert.
-    pub desired: Desired,
+    /// The settings of that revision and their target values; empty for a revert.
+    pub values: TargetValues,
 }
 
 impl Goal {
@@ -47,7 +47,7 @@ pub enum Action {
 
 /// One write of a plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Step {
+pub struct Write {
     /// The setting written.
     pub setting: Setting,
     /// Its value before the transaction.
@@ -64,7 +64,7 @@ pub struct Plan {
     /// Settings that cannot be applied, with the reason; any of them fails the whole plan.
     pub failures: Vec<(Setting, String)>,
     /// The writes, in order: restores (newest managed setting first), then sets.
-    pub steps: Vec<Step>,
+    pub writes: Vec<Write>,
     /// Settings managed for the first time, with their current (original) value.
     pub added: Vec<Entry>,
     /// Managed settings the goal no longer manages; their originals are dropped on success.
@@ -74,20 +74,20 @@ pub struct Plan {
 impl Plan {
     /// Whether carrying out the plan would change neither the host nor the originals.
     pub fn changes_nothing(&self) -> bool {
-        self.steps.is_empty() && self.added.is_empty() && self.released.is_empty()
+        self.writes.is_empty() && self.added.is_empty() && self.released.is_empty()
     }
 }
 
-/// The settings a plan needs read: the desired ones and every managed one.
-pub fn settings_to_read(desired: &Desired, originals: &[Entry]) -> BTreeSet<Setting> {
-    desired
+/// The settings a plan needs read: the target ones and every managed one.
+pub fn settings_to_read(values: &TargetValues, originals: &[Entry]) -> BTreeSet<Setting> {
+    values
         .keys()
         .cloned()
         .chain(originals.iter().map(Entry::setting))
         .collect()
 }
 
-/// The pure plan step: what to write to go from the host as read to `desired`, given the
+/// The pure plan step: what to write to go from the host as read to `values`, given the
 /// originals of the settings hoststack already manages.
 ///
 /// - A desired setting that does not exist or cannot be read is a failure.
@@ -97,18 +97,18 @@ pub fn settings_to_read(desired: &Desired, originals: &[Entry]) -> BTreeSet<Sett
 /// - A managed setting no longer desired is restored to its original when it differs from it in
 ///   any byte (a restore puts back exactly what was read), and released; one that no longer
 ///   exists on the host is released without a write.
-pub fn plan(desired: &Desired, originals: &[Entry], readings: &Readings) -> Plan {
+pub fn plan(values: &TargetValues, originals: &[Entry], readings: &Readings) -> Plan {
     let mut plan = Plan::default();
     let not_read = || Reading::Unreadable("not read".into());
     for original in originals.iter().rev() {
         let setting = original.setting();
-        if desired.contains_key(&setting) {
+        if values.contains_key(&setting) {
             continue;
         }
         match readings.get(&setting).cloned().unwrap_or_else(not_read) {
             Reading::Value(current) => {
                 if current != original.value {
-                    plan.steps.push(Step {
+                    plan.writes.push(Write {
                         setting: setting.clone(),
                         before: current,
                         value: original.value.clone(),
@@ -121,7 +121,7 @@ pub fn plan(desired: &Desired, originals: &[Entry], readings: &Readings) -> Plan
             Reading::Unreadable(reason) => plan.failures.push((setting, reason)),
         }
     }
-    for (setting, value) in desired {
+    for (setting, value) in values {
         match readings.get(setting).cloned().unwrap_or_else(not_read) {
             Reading::Value(current) => {
                 let managed = originals.iter().any(|e| e.setting() == *setting);
@@ -129,7 +129,7 @@ pub fn plan(desired: &Desired, originals: &[Entry], readings: &Readings) -> Plan
                     plan.added.push(Entry::new(setting, current.clone()));
                 }
                 if !setting.kind.same_value(&current, value) {
-                    plan.steps.push(Step {
+                    plan.writes.push(Write {
                         setting: setting.clone(),
                         before: current,
                         value: value.clone(),
@@ -200,7 +200,7 @@ impl Prepared {
     pub fn preview(&self, goal: &Goal) -> Outcome {
         let mut items = base_items(goal, &self.journal, &self.readings);
         let failures: BTreeMap<_, _> = self.plan.failures.iter().cloned().collect();
-        let writes: BTreeSet<_> = self.plan.steps.iter().map(|s| &s.setting).collect();
+        let writes: BTreeSet<_> = self.plan.writes.iter().map(|s| &s.setting).collect();
         for item in &mut items {
             let r = &mut item.result;
             if let Some(reason) = failures.get(&item.setting) {
@@ -268,14 +268,14 @@ impl Transactor {
     pub fn prepare(&self, goal: &Goal, after_write: &mut dyn FnMut()) -> Result<Prepared> {
         self.recover(after_write)?;
         let journal = self.store.load()?;
-        let readings = settings_to_read(&goal.desired, &journal.originals)
+        let readings = settings_to_read(&goal.values, &journal.originals)
             .into_iter()
             .map(|s| {
                 let reading = self.host.read(&s);
                 (s, reading)
             })
             .collect();
-        let plan = plan(&goal.desired, &journal.originals, &readings);
+        let plan = plan(&goal.values, &journal.originals, &readings);
         Ok(Prepared {
             journal,
             readings,
@@ -312,7 +312,7 @@ impl Transactor {
 
         // Journal first: originals, and what to restore if this transaction does not finish.
         let before: Vec<Entry> = plan
-            .steps
+            .writes
             .iter()
             .map(|s| Entry::new(&s.setting, s.before.clone()))
             .collect();
@@ -326,19 +326,19 @@ impl Transactor {
         self.store.save(&journal)?;
 
         let mut actual: BTreeMap<Setting, String> = BTreeMap::new();
-        for (i, step) in plan.steps.iter().enumerate() {
-            let written = self.host.write(&step.setting, &step.value);
+        for (i, write) in plan.writes.iter().enumerate() {
+            let written = self.host.write(&write.setting, &write.value);
             after_write();
             let result = written
-                .map_err(|e| format!("the kernel refused {:?}: {e}", step.value))
-                .and_then(|()| self.verify(&step.setting, &step.value));
+                .map_err(|e| format!("the kernel refused {:?}: {e}", write.value))
+                .and_then(|()| self.verify(&write.setting, &write.value));
             match result {
                 Ok(read_back) => {
-                    actual.insert(step.setting.clone(), read_back);
+                    actual.insert(write.setting.clone(), read_back);
                 }
                 Err(reason) => {
                     let failure = Failure {
-                        steps: &plan.steps,
+                        writes: &plan.writes,
                         failed: i,
                         reason,
                     };
@@ -380,20 +380,20 @@ impl Transactor {
         after_write: &mut dyn FnMut(),
     ) -> Result<Outcome> {
         let Failure {
-            steps,
+            writes,
             failed,
             reason,
         } = failure;
-        let step = &steps[failed];
-        let mut message = format!("{}: {reason}", step.setting);
+        let write = &writes[failed];
+        let mut message = format!("{}: {reason}", write.setting);
         tracing::warn!(%message, "transaction failed; restoring what it wrote");
-        mark(&mut items, &step.setting, ItemState::Failed, Some(reason));
-        for earlier in &steps[..failed] {
+        mark(&mut items, &write.setting, ItemState::Failed, Some(reason));
+        for earlier in &writes[..failed] {
             mark(
                 &mut items,
                 &earlier.setting,
                 ItemState::RolledBack,
-                Some(format!("restored because {} failed", step.setting)),
+                Some(format!("restored because {} failed", write.setting)),
             );
         }
         match self.restore(&tx.before[..=failed], after_write) {
@@ -455,7 +455,7 @@ impl Transactor {
 /// A write of a transaction that failed.
 struct Failure<'a> {
     /// The transaction's writes.
-    steps: &'a [Step],
+    writes: &'a [Write],
     /// The index of the one that failed.
     failed: usize,
     /// Why, as the kernel said it.
@@ -509,7 +509,7 @@ fn base_items(goal: &Goal, journal: &Journal, readings: &Readings) -> Vec<Item> 
             message: None,
         },
     };
-    let desired = goal.desired.iter().map(|(s, want)| {
+    let desired = goal.values.iter().map(|(s, want)| {
         let original = journal.original(s).map(str::to_string).or_else(|| value(s));
         item(s, false, original, want)
     });
@@ -517,7 +517,7 @@ fn base_items(goal: &Goal, journal: &Journal, readings: &Readings) -> Vec<Item> 
         .originals
         .iter()
         .rev()
-        .filter(|e| !goal.desired.contains_key(&e.setting()))
+        .filter(|e| !goal.values.contains_key(&e.setting()))
         .map(|e| item(&e.setting(), true, Some(e.value.clone()), &e.value));
     desired.chain(released).collect()
 }
@@ -568,8 +568,8 @@ mod tests {
         Reading::Value(value.into())
     }
 
-    fn set(key: &str, before: &str, value: &str) -> Step {
-        Step {
+    fn set(key: &str, before: &str, value: &str) -> Write {
+        Write {
             setting: s(key),
             before: before.into(),
             value: value.into(),
@@ -577,8 +577,8 @@ mod tests {
         }
     }
 
-    fn restore(key: &str, before: &str, value: &str) -> Step {
-        Step {
+    fn restore(key: &str, before: &str, value: &str) -> Write {
+        Write {
             action: Action::Restore,
             ..set(key, before, value)
         }
@@ -605,7 +605,7 @@ mod tests {
                 originals: &[],
                 readings: vec![("net.ipv4.tcp_sack", v("1"))],
                 want: Plan {
-                    steps: vec![set("net.ipv4.tcp_sack", "1", "0")],
+                    writes: vec![set("net.ipv4.tcp_sack", "1", "0")],
                     added: vec![orig("net.ipv4.tcp_sack", "1")],
                     ..Plan::default()
                 },
@@ -626,7 +626,7 @@ mod tests {
                 originals: &[("net.ipv4.tcp_sack", "1")],
                 readings: vec![("net.ipv4.tcp_sack", v("0"))],
                 want: Plan {
-                    steps: vec![set("net.ipv4.tcp_sack", "0", "1")],
+                    writes: vec![set("net.ipv4.tcp_sack", "0", "1")],
                     ..Plan::default()
                 },
             },
@@ -653,7 +653,7 @@ mod tests {
                     ("net.core.somaxconn", v("1024")),
                 ],
                 want: Plan {
-                    steps: vec![
+                    writes: vec![
                         restore("net.ipv4.tcp_dsack", "0", "1"),
                         restore("net.ipv4.tcp_sack", "0", "1"),
                         set("net.core.somaxconn", "1024", "8192"),
@@ -672,7 +672,7 @@ mod tests {
                 originals: &[("net.ipv4.tcp_sack", "1"), ("net.ipv4.tcp_ecn", "2")],
                 readings: vec![("net.ipv4.tcp_sack", v("0")), ("net.ipv4.tcp_ecn", v("2"))],
                 want: Plan {
-                    steps: vec![restore("net.ipv4.tcp_sack", "0", "1")],
+                    writes: vec![restore("net.ipv4.tcp_sack", "0", "1")],
                     released: vec![s("net.ipv4.tcp_ecn"), s("net.ipv4.tcp_sack")],
                     ..Plan::default()
                 },
@@ -700,7 +700,7 @@ mod tests {
                 ],
                 want: Plan {
                     failures: vec![(s("net.ipv4.nope"), "no such sysctl".into())],
-                    steps: vec![set("net.ipv4.tcp_sack", "1", "0")],
+                    writes: vec![set("net.ipv4.tcp_sack", "1", "0")],
                     added: vec![orig("net.ipv4.tcp_sack", "1")],
                     ..Plan::default()
                 },
@@ -723,7 +723,7 @@ mod tests {
             },
         ];
         for case in cases {
-            let desired: Desired = case
+            let desired: TargetValues = case
                 .desired
                 .iter()
                 .map(|(k, v)| (s(k), v.to_string()))
@@ -750,7 +750,7 @@ mod tests {
         let mut changed = base_items(
             &Goal {
                 target: None,
-                desired: [(s("net.ipv4.a"), "0".to_string())].into(),
+                values: [(s("net.ipv4.a"), "0".to_string())].into(),
             },
             &Journal {
                 originals: vec![orig("net.ipv4.a", "1"), orig("net.ipv4.b", "5")],
@@ -769,7 +769,7 @@ mod tests {
         let mut unchanged = base_items(
             &Goal {
                 target: None,
-                desired: [(s("net.ipv4.a"), "1 2".to_string())].into(),
+                values: [(s("net.ipv4.a"), "1 2".to_string())].into(),
             },
             &Journal::default(),
             &[(s("net.ipv4.a"), v("1\t2"))].into(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hoststack_agent::appliers::{Host, Setting};
 use hoststack_agent::journal::{Entry, Journal, JournalStore};
-use hoststack_agent::reconciler::{Desired, Next, Reconciler};
+use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::report::{self, StatusInput, DRIFTED};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
@@ -89,7 +89,7 @@ const BASE: &[(&str, &str)] = &[
     ("net.ipv4.tcp_rmem", "4096\t131072\t6291456"),
 ];
 
-fn node_tuning(revision: &str, sysctls: &[(&str, &str)], policy: Option<DriftPolicy>) -> Desired {
+fn node_tuning(revision: &str, sysctls: &[(&str, &str)], policy: Option<DriftPolicy>) -> Intent {
     let mut config = NodeConfig {
         drift_policy: policy,
         ..NodeConfig::default()
@@ -99,7 +99,7 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], policy: Option<DriftPol
             .sysctls
             .insert(k.to_string(), SysctlValue(v.to_string()));
     }
-    Desired::of(Some(&NodeTuning::new(
+    Intent::of(Some(&NodeTuning::new(
         "node-a",
         NodeTuningSpec {
             tuning: Some("edge".into()),
@@ -111,7 +111,7 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], policy: Option<DriftPol
 }
 
 /// One reconcile as the controller runs it: whether a transaction ran, and the outcome.
-fn reconcile(r: &mut Reconciler, desired: &Desired) -> (bool, Outcome) {
+fn reconcile(r: &mut Reconciler, desired: &Intent) -> (bool, Outcome) {
     match r.next(desired).expect("next") {
         Next::Report(outcome) => (false, outcome),
         Next::Transaction { .. } => (true, r.transact(desired)),
@@ -127,7 +127,7 @@ fn item<'a>(outcome: &'a Outcome, key: &str) -> &'a ItemResult {
 }
 
 /// The status the controller would write for this outcome and the reconciler's drift.
-fn status_of(r: &Reconciler, desired: &Desired, outcome: &Outcome) -> NodeTuningStatus {
+fn status_of(r: &Reconciler, desired: &Intent, outcome: &Outcome) -> NodeTuningStatus {
     report::status(&StatusInput {
         outcome,
         observed_revision: desired.revision(),
@@ -210,7 +210,7 @@ fn reapply_writes_the_desired_values_again_and_keeps_the_originals() {
         assert_eq!(host.journal().originals, originals());
 
         // The revert restores the originals.
-        let (_, reverted) = reconcile(&mut r, &Desired::Withdrawn);
+        let (_, reverted) = reconcile(&mut r, &Intent::Withdrawn);
         assert_eq!(reverted.state, NodeState::Reverted);
         for (key, value) in BASE {
             assert_eq!(host.get(key), *value, "{key}");
@@ -308,7 +308,7 @@ fn a_revert_restores_the_originals_of_a_drifted_host() {
     assert!(!ran);
     assert_eq!(r.drifted().len(), 2);
 
-    let (ran, reverted) = reconcile(&mut r, &Desired::Withdrawn);
+    let (ran, reverted) = reconcile(&mut r, &Intent::Withdrawn);
     assert!(ran);
     assert_eq!(reverted.state, NodeState::Reverted);
     assert!(r.drifted().is_empty());
@@ -439,7 +439,7 @@ proptest! {
             prop_assert!(r.drifted().is_empty());
         }
 
-        let (_, reverted) = reconcile(&mut r, &Desired::Withdrawn);
+        let (_, reverted) = reconcile(&mut r, &Intent::Withdrawn);
         prop_assert_eq!(reverted.state, NodeState::Reverted);
         prop_assert_eq!(host.snapshot(), pristine);
         prop_assert!(host.journal().is_empty());

@@ -173,7 +173,7 @@ fn goal(revision: &str, sysctls: &[(&str, &str)], table: &str) -> Goal {
             tuning: "t".into(),
             revision: revision.into(),
         }),
-        desired,
+        values: desired,
     }
 }
 

@@ -57,7 +57,7 @@ fn goal(revision: &str, firewall: &str) -> Goal {
             tuning: "test".into(),
             revision: revision.into(),
         }),
-        desired: [
+        values: [
             (firewall::setting(), firewall.to_string()),
             (Setting::sysctl("net.ipv4.tcp_sack"), "0".to_string()),
         ]

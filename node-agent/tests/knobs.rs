@@ -29,7 +29,7 @@ use std::time::Duration;
 use hoststack_agent::appliers::{write_existing, Host, Kernel, Kind, Reading, Roots};
 use hoststack_agent::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use hoststack_agent::journal::{Journal, JournalStore};
-use hoststack_agent::reconciler::{Desired, Next, Reconciler};
+use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
     DpdkBinding, HugepageReservation, HugepageSize, InterfaceMatch, InterfaceTuning, IrqAffinity,
@@ -452,9 +452,9 @@ impl FakeNode {
         let released = journal
             .originals
             .iter()
-            .filter(|e| !goal.desired.contains_key(&e.setting()))
+            .filter(|e| !goal.values.contains_key(&e.setting()))
             .map(|e| (e.setting(), e.value.clone()));
-        goal.desired
+        goal.values
             .clone()
             .into_iter()
             .chain(released)
@@ -508,7 +508,7 @@ fn withdrawn() -> NodeTuning {
 }
 
 fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
-    let desired = Desired::of(Some(object));
+    let desired = Intent::of(Some(object));
     match r.next(&desired).expect("next") {
         Next::Report(outcome) => outcome,
         Next::Transaction { .. } => r.transact(&desired),
@@ -672,7 +672,7 @@ fn every_knob_applies_verifies_and_reverts_byte_for_byte() {
     );
 
     // A resync finds the host settled, although eth2's netdev is gone: the journal remembers it.
-    let desired = Desired::of(Some(&nt));
+    let desired = Intent::of(Some(&nt));
     match r.next(&desired).expect("next") {
         Next::Report(again) => assert_eq!(again.state, NodeState::Applied, "{again:#?}"),
         Next::Transaction { .. } => panic!("a settled host needs no transaction"),
@@ -938,7 +938,7 @@ fn a_kill_after_unmounting_one_of_two_mounts_puts_it_back_and_leaves_the_other_a
         hugepages: vec![mount(HugepageSize::Size2Mi, "/mnt/huge2m")],
         ..NodeConfig::default()
     };
-    let desired = Desired::of(Some(&node_tuning(one, Mode::Apply)));
+    let desired = Intent::of(Some(&node_tuning(one, Mode::Apply)));
     let goal = r.expand(&desired).expect("expand").goal;
     let kept = node.mounts_the_goal_keeps(&goal, &journal);
     assert_eq!(kept, BTreeSet::from([node.fs().join("mnt/huge2m")]));
@@ -1075,9 +1075,9 @@ proptest! {
         let journal_before = JournalStore::new(node.state.path()).load().expect("journal");
 
         let next = if withdraw { withdrawn() } else { node_tuning(r2, Mode::Apply) };
-        let desired = Desired::of(Some(&next));
+        let desired = Intent::of(Some(&next));
         let goal: Goal = r.expand(&desired).expect("expand").goal;
-        let blocked = !r.expand(&desired).expect("expand").blockers.is_empty();
+        let blocked = !r.expand(&desired).expect("expand").refused.is_empty();
         if !blocked {
             let kept = node.mounts_the_goal_keeps(&goal, &journal_before);
             node.take_mount_calls();
@@ -1120,8 +1120,8 @@ proptest! {
         let journal_before = JournalStore::new(node.state.path()).load().expect("journal");
 
         let next = if withdraw { withdrawn() } else { node_tuning(r2, Mode::Apply) };
-        let expanded = r.expand(&Desired::of(Some(&next))).expect("expand");
-        if expanded.blockers.is_empty() {
+        let expanded = r.expand(&Intent::of(Some(&next))).expect("expand");
+        if expanded.refused.is_empty() {
             let goal = expanded.goal;
             let kept = node.mounts_the_goal_keeps(&goal, &journal_before);
             node.take_mount_calls();

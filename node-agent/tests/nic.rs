@@ -22,7 +22,7 @@ use std::time::Duration;
 use hoststack_agent::appliers::nic::{ChannelCounts, ChannelInfo, Features, RingInfo, RingSizes};
 use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
 use hoststack_agent::journal::JournalStore;
-use hoststack_agent::reconciler::{Desired, Next, Reconciler};
+use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
     Channels, InterfaceMatch, InterfaceTuning, ItemResult, ItemState, Mode, NodeConfig, NodeState,
@@ -335,7 +335,7 @@ fn withdrawn() -> NodeTuning {
 }
 
 fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
-    let desired = Desired::of(Some(object));
+    let desired = Intent::of(Some(object));
     match r.next(&desired).expect("next") {
         Next::Report(outcome) => outcome,
         Next::Transaction { .. } => r.transact(&desired),
@@ -504,7 +504,7 @@ fn calls_of(from: Option<&NodeTuning>, to: &NodeTuning) -> usize {
     if let Some(from) = from {
         reconcile(&mut r, from);
     }
-    let goal = r.expand(&Desired::of(Some(to))).expect("expand").goal;
+    let goal = r.expand(&Intent::of(Some(to))).expect("expand").goal;
     let kernel = node.kernel(0);
     node.transactor_with(kernel.clone())
         .execute(&goal, &mut || {})
@@ -533,7 +533,7 @@ fn a_kill_before_any_netlink_call_ends_fully_applied_or_fully_reverted() {
             let journal_before = JournalStore::new(node.state.path())
                 .load()
                 .expect("journal");
-            let goal = r.expand(&Desired::of(Some(to))).expect("expand").goal;
+            let goal = r.expand(&Intent::of(Some(to))).expect("expand").goal;
             let dying = node.transactor_with(node.kernel(kill_at));
             assert!(
                 killed(|| {

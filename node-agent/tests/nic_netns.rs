@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hoststack_agent::appliers::Host;
 use hoststack_agent::journal::JournalStore;
-use hoststack_agent::reconciler::{Desired, Next, Reconciler};
+use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
     Channels, InterfaceMatch, InterfaceTuning, ItemResult, ItemState, Mode, NodeConfig, NodeState,
@@ -146,7 +146,7 @@ fn node_tuning(config: NodeConfig) -> NodeTuning {
 }
 
 fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
-    let desired = Desired::of(Some(object));
+    let desired = Intent::of(Some(object));
     match r.next(&desired).expect("next") {
         Next::Report(outcome) => outcome,
         Next::Transaction { .. } => r.transact(&desired),

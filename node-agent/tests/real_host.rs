@@ -123,18 +123,18 @@ fn real_hugepages_irq_affinity_and_hugetlbfs_apply_and_revert() {
             tuning: "real".into(),
             revision: "r1".into(),
         }),
-        desired: Default::default(),
+        values: Default::default(),
     };
     let want_pages = pages + 2;
-    goal.desired
+    goal.values
         .insert(Setting::new(Kind::Hugepages, "2Mi"), want_pages.to_string());
     let mount_target = mount_point.to_str().expect("utf-8 path").to_string();
-    goal.desired.insert(
+    goal.values.insert(
         Setting::new(Kind::Hugetlbfs, mount_target.clone()),
         "hugetlbfs pagesize=2M".into(),
     );
     if let Some((n, _, other)) = &irq {
-        goal.desired.insert(
+        goal.values.insert(
             Setting::new(Kind::IrqAffinity, n.to_string()),
             other.clone(),
         );

@@ -36,7 +36,7 @@ fn goal(revision: &str, sysctls: &[(&str, &str)]) -> Goal {
             tuning: "test".into(),
             revision: revision.into(),
         }),
-        desired: sysctls
+        values: sysctls
             .iter()
             .map(|(k, v)| (Setting::sysctl(*k), v.to_string()))
             .collect(),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hoststack_agent::appliers::{same_value, Host, Setting};
 use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
-use hoststack_agent::reconciler::{Desired, Next, Reconciler};
+use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
     ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue, UserspaceStack,
@@ -106,7 +106,7 @@ fn goal(revision: &str, sysctls: &[(&str, &str)]) -> Goal {
             tuning: "edge".into(),
             revision: revision.into(),
         }),
-        desired: sysctls
+        values: sysctls
             .iter()
             .map(|(k, v)| (Setting::sysctl(*k), v.to_string()))
             .collect(),
@@ -516,7 +516,7 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], mode: Mode) -> NodeTuni
     )
 }
 
-fn reconcile(r: &mut Reconciler, desired: &Desired) -> (bool, Outcome) {
+fn reconcile(r: &mut Reconciler, desired: &Intent) -> (bool, Outcome) {
     match r.next(desired).expect("next") {
         Next::Report(outcome) => (false, outcome),
         Next::Transaction { applying } => {
@@ -535,7 +535,7 @@ fn the_reconciler_applies_settles_and_reverts() {
     let before = host.snapshot();
     let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
     let nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
-    let desired = Desired::of(Some(&nt));
+    let desired = Intent::of(Some(&nt));
     let (ran, applied) = reconcile(&mut r, &desired);
     assert!(ran);
     assert_eq!(applied.state, NodeState::Applied);
@@ -555,8 +555,8 @@ fn the_reconciler_applies_settles_and_reverts() {
         mode: Some(Mode::Apply),
         ..NodeTuningSpec::default()
     };
-    let desired = Desired::of(Some(&withdrawn));
-    assert_eq!(desired, Desired::Withdrawn);
+    let desired = Intent::of(Some(&withdrawn));
+    assert_eq!(desired, Intent::Withdrawn);
     let (ran, reverted) = reconcile(&mut r, &desired);
     assert!(ran);
     assert_eq!(reverted.state, NodeState::Reverted);
@@ -580,7 +580,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
         &[("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_later", "1")],
         Mode::Apply,
     );
-    let desired = Desired::of(Some(&nt));
+    let desired = Intent::of(Some(&nt));
     let (_, failed) = reconcile(&mut r, &desired);
     assert_eq!(failed.state, NodeState::Failed);
     // The key appears, but the failed revision is not retried...
@@ -596,7 +596,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
     assert_eq!(retried.state, NodeState::Applied);
     // and a new spec is tried at once.
     let nt2 = node_tuning("r2", &[("net.ipv4.tcp_sack", "1")], Mode::Apply);
-    let (ran, r2) = reconcile(&mut r, &Desired::of(Some(&nt2)));
+    let (ran, r2) = reconcile(&mut r, &Intent::of(Some(&nt2)));
     assert!(ran);
     assert_eq!(r2.state, NodeState::Applied);
 }
@@ -610,7 +610,7 @@ fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
     if let Some(config) = nt.spec.config.as_mut() {
         config.userspace_stack = Some(UserspaceStack::default());
     }
-    let (ran, outcome) = reconcile(&mut r, &Desired::of(Some(&nt)));
+    let (ran, outcome) = reconcile(&mut r, &Intent::of(Some(&nt)));
     assert!(!ran);
     assert_eq!(outcome.state, NodeState::Failed);
     let hp = item(&outcome, "userspaceStack");
@@ -633,7 +633,7 @@ fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
     // In Plan mode the same spec is Planned, with the reason it would fail.
     let mut plan = nt.clone();
     plan.spec.mode = Some(Mode::Plan);
-    let (ran, planned) = reconcile(&mut r, &Desired::of(Some(&plan)));
+    let (ran, planned) = reconcile(&mut r, &Intent::of(Some(&plan)));
     assert!(!ran);
     assert_eq!(planned.state, NodeState::Planned);
     assert_eq!(
@@ -652,10 +652,10 @@ fn plan_mode_never_writes() {
     let host = FakeHost::new(BASE);
     let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
     let applied = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
-    reconcile(&mut r, &Desired::of(Some(&applied)));
+    reconcile(&mut r, &Intent::of(Some(&applied)));
     let before = host.snapshot();
     let plan = node_tuning("r2", &[("net.ipv4.tcp_dsack", "0")], Mode::Plan);
-    let (ran, planned) = reconcile(&mut r, &Desired::of(Some(&plan)));
+    let (ran, planned) = reconcile(&mut r, &Intent::of(Some(&plan)));
     assert!(!ran);
     assert_eq!(planned.state, NodeState::Planned);
     assert_eq!(

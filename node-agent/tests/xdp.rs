@@ -340,14 +340,16 @@ fn goal(revision: &str, entries: Vec<InterfaceTuning>) -> Goal {
         interfaces: entries,
         ..NodeConfig::default()
     };
-    let x = expand(&config, &discovery());
+    let x = expand(applied(revision), &config, &discovery());
     assert!(x.refused.is_empty(), "{:?}", x.refused);
-    Goal {
-        target: Some(Applied {
-            tuning: "t".into(),
-            revision: revision.into(),
-        }),
-        desired: x.desired,
+    x.goal
+}
+
+/// Revision `revision` of tuning `t`.
+fn applied(revision: &str) -> Applied {
+    Applied {
+        tuning: "t".into(),
+        revision: revision.into(),
     }
 }
 
@@ -485,8 +487,8 @@ fn the_management_interface_is_refused_unless_allowed() {
         interfaces: vec![e.clone()],
         ..NodeConfig::default()
     };
-    let refused = expand(&config(&entry), &discovery());
-    assert!(refused.desired.is_empty());
+    let refused = expand(applied("r1"), &config(&entry), &discovery());
+    assert!(refused.goal.values.is_empty());
     assert!(
         refused.refused[0]
             .message
@@ -495,9 +497,9 @@ fn the_management_interface_is_refused_unless_allowed() {
         refused.refused
     );
     entry.xdp.as_mut().expect("xdp").allow_management_interface = true;
-    let allowed = expand(&config(&entry), &discovery());
+    let allowed = expand(applied("r1"), &config(&entry), &discovery());
     assert!(allowed.refused.is_empty(), "{:?}", allowed.refused);
-    assert_eq!(allowed.desired.len(), 2);
+    assert_eq!(allowed.goal.values.len(), 2);
 }
 
 #[test]

@@ -32,7 +32,7 @@ use hoststack_agent::appliers::xdp::{self, Pins};
 use hoststack_agent::appliers::{Host, Kernel, Kind, Reading, RealKernel, Setting};
 use hoststack_agent::exporter::Exporter;
 use hoststack_agent::journal::{Applied, JournalStore};
-use hoststack_agent::transaction::{Desired, Goal, Outcome, Transactor};
+use hoststack_agent::transaction::{Goal, Outcome, TargetValues, Transactor};
 use hoststack_crds::NodeState;
 
 const TEST: &str = "xdp_blocklist_on_a_real_veth";
@@ -165,7 +165,7 @@ fn transactor() -> Transactor {
 }
 
 fn goal(revision: &str, prefixes: &str) -> Goal {
-    let desired: Desired = [
+    let desired: TargetValues = [
         (
             Setting::new(Kind::XdpBlocklist, "xdp0"),
             prefixes.to_string(),
@@ -185,7 +185,7 @@ fn goal(revision: &str, prefixes: &str) -> Goal {
             tuning: "t".into(),
             revision: revision.into(),
         }),
-        desired,
+        values: desired,
     }
 }
 
@@ -355,7 +355,7 @@ fn in_namespaces() {
             tuning: "t".into(),
             revision: "r3".into(),
         }),
-        desired: [
+        values: [
             (
                 Setting::new(Kind::XdpProgram, "xdp0"),
                 "pass/native".to_string(),
@@ -417,7 +417,7 @@ fn in_namespaces() {
             tuning: "t".into(),
             revision: "r3".into(),
         }),
-        desired: [(
+        values: [(
             Setting::new(Kind::XdpProgram, "gen1"),
             "pass/auto".to_string(),
         )]

@@ -2,7 +2,7 @@
 //! cores a tuning dedicates to it.
 //!
 //! The stack is the last step of a revision. The transaction first takes the dedicated cores
-//! out of every queue IRQ's affinity and every RPS/XPS mask ([`cores::dedicate`], through the
+//! out of every queue IRQ's affinity and every RPS/XPS mask ([`crate::expand::cores::dedicate`], through the
 //! IRQ and RPS/XPS appliers, journaled like every other setting); once it has applied, the
 //! [`supervisor::Supervisor`] starts the runner, `hoststack-userstack`, with the config
 //! translated from the spec ([`runner_config`]). A revert stops the runner first, then the
@@ -17,7 +17,6 @@
 //! [`isolation`]-ed from the scheduler.
 
 pub mod backoff;
-pub mod cores;
 pub mod isolation;
 pub mod runner_config;
 pub mod stats;
@@ -29,12 +28,12 @@ use hoststack_crds::{InterfaceFacts, Mode, NodeState, StackBackend, UserspaceSta
 
 use crate::appliers::nic::ethtool::Rss;
 use crate::appliers::nic::socket;
-use crate::reconciler::Desired;
+use crate::reconciler::Intent;
 pub use supervisor::{Supervisor, Wanted};
 
-/// What the supervisor does about a desired state.
+/// What the supervisor does about an intent.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum StackAction {
     /// Leave the stack as it is.
     Keep,
     /// Run this stack (keeping a runner that already runs it).
@@ -43,16 +42,16 @@ pub enum Step {
     Stop,
 }
 
-/// Before the transaction: a desired state that runs no stack (a revert, a revision without
+/// Before the transaction: an intent that runs no stack (a revert, a revision without
 /// `userspaceStack`) stops it, so that the transaction gives back cores no runner polls.
-pub fn before_transaction(desired: &Desired) -> Step {
-    match desired {
-        Desired::Absent | Desired::Withdrawn => Step::Stop,
-        Desired::Revision { config, mode, .. } => {
+pub fn before_transaction(intent: &Intent) -> StackAction {
+    match intent {
+        Intent::Absent | Intent::Withdrawn => StackAction::Stop,
+        Intent::Revision { config, mode, .. } => {
             if *mode == Mode::Apply && config.userspace_stack.is_none() {
-                Step::Stop
+                StackAction::Stop
             } else {
-                Step::Keep
+                StackAction::Keep
             }
         }
     }
@@ -61,17 +60,17 @@ pub fn before_transaction(desired: &Desired) -> Step {
 /// After the transaction (or a report of a settled host): a revision with `userspaceStack`
 /// that is applied runs its stack. Anything else leaves the stack as it is: a failed revision
 /// leaves the host, runner included, on the revision before it.
-pub fn after_transaction(desired: &Desired, state: NodeState) -> Step {
-    match desired {
-        Desired::Revision {
+pub fn after_transaction(intent: &Intent, state: NodeState) -> StackAction {
+    match intent {
+        Intent::Revision {
             config,
             mode: Mode::Apply,
             ..
         } if state == NodeState::Applied => match &config.userspace_stack {
-            Some(stack) => Step::Run(Box::new(stack.clone())),
-            None => Step::Keep,
+            Some(stack) => StackAction::Run(Box::new(stack.clone())),
+            None => StackAction::Keep,
         },
-        _ => Step::Keep,
+        _ => StackAction::Keep,
     }
 }
 
@@ -97,7 +96,7 @@ pub fn wanted_with(
     interfaces: &[InterfaceFacts],
     read_rss: impl FnOnce(&str) -> std::io::Result<Option<Rss>>,
 ) -> Result<Wanted, String> {
-    let cores = cores::parse_cores(stack)?;
+    let cores = crate::expand::cores::parse_cores(stack)?;
     let nic_rss = if stack.backend == StackBackend::AfXdp {
         match read_rss(&stack.interface) {
             Ok(rss) => rss,
@@ -137,8 +136,8 @@ mod tests {
 
     use super::*;
 
-    fn revision(stack: Option<UserspaceStack>, mode: Mode) -> Desired {
-        Desired::Revision {
+    fn revision(stack: Option<UserspaceStack>, mode: Mode) -> Intent {
+        Intent::Revision {
             tuning: "edge".into(),
             revision: "r1".into(),
             config: Box::new(NodeConfig {
@@ -159,23 +158,32 @@ mod tests {
         let with = revision(Some(stack.clone()), Mode::Apply);
         let without = revision(None, Mode::Apply);
         let plan = revision(None, Mode::Plan);
-        assert_eq!(before_transaction(&Desired::Absent), Step::Stop);
-        assert_eq!(before_transaction(&Desired::Withdrawn), Step::Stop);
-        assert_eq!(before_transaction(&without), Step::Stop);
-        assert_eq!(before_transaction(&with), Step::Keep);
+        assert_eq!(before_transaction(&Intent::Absent), StackAction::Stop);
+        assert_eq!(before_transaction(&Intent::Withdrawn), StackAction::Stop);
+        assert_eq!(before_transaction(&without), StackAction::Stop);
+        assert_eq!(before_transaction(&with), StackAction::Keep);
         // A preview changes nothing, the stack included.
-        assert_eq!(before_transaction(&plan), Step::Keep);
+        assert_eq!(before_transaction(&plan), StackAction::Keep);
 
         assert_eq!(
             after_transaction(&with, NodeState::Applied),
-            Step::Run(Box::new(stack))
+            StackAction::Run(Box::new(stack))
         );
-        assert_eq!(after_transaction(&with, NodeState::Failed), Step::Keep);
-        assert_eq!(after_transaction(&without, NodeState::Applied), Step::Keep);
-        assert_eq!(after_transaction(&plan, NodeState::Planned), Step::Keep);
         assert_eq!(
-            after_transaction(&Desired::Withdrawn, NodeState::Reverted),
-            Step::Keep
+            after_transaction(&with, NodeState::Failed),
+            StackAction::Keep
+        );
+        assert_eq!(
+            after_transaction(&without, NodeState::Applied),
+            StackAction::Keep
+        );
+        assert_eq!(
+            after_transaction(&plan, NodeState::Planned),
+            StackAction::Keep
+        );
+        assert_eq!(
+            after_transaction(&Intent::Withdrawn, NodeState::Reverted),
+            StackAction::Keep
         );
     }
 

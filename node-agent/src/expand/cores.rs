@@ -2,7 +2,7 @@
 //! masks they are taken out of.
 //!
 //! [`CoreFacts::read`] is the I/O; [`dedicate`] is pure: (the stack's spec, online CPUs,
-//! interfaces, the agent's affinity, the base value of every mask) → refusals, or the desired
+//! interfaces, the agent's affinity, the base value of every mask) → refusals, or the target values
 //! settings extended so that no queue IRQ, no RPS mask and no XPS mask names a dedicated core.
 //! The masks are ordinary settings of the IRQ and RPS/XPS appliers, so the transaction journals
 //! their originals and a revert gives the cores back exactly.
@@ -15,7 +15,7 @@ use crate::appliers::irq::QueueIrq;
 use crate::appliers::{Host, Kind, Reading, Refusal, Setting};
 use crate::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use crate::journal::Journal;
-use crate::transaction::Desired;
+use crate::transaction::TargetValues;
 
 /// The item kind of refusals about the user-space stack.
 pub const KIND: &str = "userspaceStack";
@@ -105,13 +105,13 @@ pub fn parse_cores(stack: &UserspaceStack) -> Result<BTreeSet<u32>, String> {
 /// The pure plan step of `userspaceStack` (see the module doc). The cores must exist and be
 /// online, leave the agent at least one CPU of its affinity, and the interface must exist
 /// (backend Tap: the runner creates it, and there must be exactly one core); otherwise the
-/// refusals say why and `desired` is left as it was.
+/// refusals say why and `values` is left as it was.
 pub fn dedicate(
     stack: &UserspaceStack,
     online: &BTreeSet<u32>,
     interfaces: &[InterfaceFacts],
     facts: &CoreFacts,
-    desired: &mut Desired,
+    values: &mut TargetValues,
 ) -> Vec<Refusal> {
     let refuse = |message: String| Refusal {
         kind: KIND.into(),
@@ -170,18 +170,18 @@ pub fn dedicate(
         return refused;
     }
     let rest: BTreeSet<u32> = online.difference(&cores).copied().collect();
-    let spec_masks: Vec<(Setting, String)> = desired
+    let spec_masks: Vec<(Setting, String)> = values
         .iter()
         .filter(|(s, _)| is_mask(s.kind))
         .map(|(s, v)| (s.clone(), v.clone()))
         .collect();
     for (setting, value) in spec_masks {
         if let Some(without) = without_cores(setting.kind, &value, &cores, &rest) {
-            desired.insert(setting, without);
+            values.insert(setting, without);
         }
     }
     for (setting, base) in &facts.masks {
-        if desired.contains_key(setting) {
+        if values.contains_key(setting) {
             continue;
         }
         let Some(cpus) = cpus_of(setting.kind, base) else {
@@ -191,7 +191,7 @@ pub fn dedicate(
             continue;
         }
         if let Some(without) = without_cores(setting.kind, base, &cores, &rest) {
-            desired.insert(setting.clone(), without);
+            values.insert(setting.clone(), without);
         }
     }
     refused
@@ -301,7 +301,7 @@ mod tests {
             ),
         ];
         for (cores, iface, want) in table {
-            let mut desired = Desired::new();
+            let mut desired = TargetValues::new();
             let refused = dedicate(
                 &stack(cores, iface),
                 &online,
@@ -317,7 +317,7 @@ mod tests {
         // An agent pinned to the cores it would give away.
         let mut pinned = facts();
         pinned.agent_cpus = set("2-3");
-        let mut desired = Desired::new();
+        let mut desired = TargetValues::new();
         let refused = dedicate(
             &stack("2-3", "eth1"),
             &online,
@@ -338,7 +338,7 @@ mod tests {
             backend: StackBackend::Tap,
             ..stack(cores, "tap9")
         };
-        let mut desired = Desired::new();
+        let mut desired = TargetValues::new();
         let refused = dedicate(&tap("2-3"), &online, &ifaces(), &facts(), &mut desired);
         assert_eq!(
             messages(&refused),
@@ -354,21 +354,21 @@ mod tests {
             backend: StackBackend::Dpdk,
             ..stack("2", "0000:00:03.0")
         };
-        let refused = dedicate(&dpdk, &online, &bound, &facts(), &mut Desired::new());
+        let refused = dedicate(&dpdk, &online, &bound, &facts(), &mut TargetValues::new());
         assert!(refused.is_empty(), "{refused:?}");
         let refused = dedicate(
             &stack("2", "0000:00:03.0"),
             &online,
             &bound,
             &facts(),
-            &mut Desired::new(),
+            &mut TargetValues::new(),
         );
         assert_eq!(refused.len(), 1, "{refused:?}");
     }
 
     #[test]
     fn takes_the_cores_out_of_every_mask_that_names_them() {
-        let mut desired = Desired::new();
+        let mut desired = TargetValues::new();
         let refused = dedicate(
             &stack("2", "eth1"),
             &set("0-3"),
@@ -377,7 +377,7 @@ mod tests {
             &mut desired,
         );
         assert!(refused.is_empty(), "{refused:?}");
-        let want: Desired = [
+        let want: TargetValues = [
             (Setting::new(Kind::IrqAffinity, "40"), "0-1,3".to_string()),
             // An IRQ left without a CPU gets every online CPU but the cores.
             (Setting::new(Kind::IrqAffinity, "41"), "0-1,3".to_string()),
@@ -391,7 +391,7 @@ mod tests {
 
     #[test]
     fn the_spec_own_masks_lose_the_cores_too() {
-        let mut desired: Desired = [
+        let mut desired: TargetValues = [
             (Setting::new(Kind::RpsCpus, "eth1/rx-1"), "c".to_string()),
             (Setting::new(Kind::IrqAffinity, "42"), "3".to_string()),
             (Setting::sysctl("net.ipv4.tcp_sack"), "1".to_string()),

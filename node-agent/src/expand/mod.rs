@@ -1,120 +1,61 @@
-//! Expansion: turns a node config into the host settings of a revision, given what discovery
-//! found on the host (interfaces, queue IRQs, routes, IOMMU groups).
+//! Expansion: turns a revision's node config into the goal of its transaction, given what
+//! discovery found on the host (interfaces, queue IRQs, routes, IOMMU groups).
 //!
-//! [`Discovery::read`] is the I/O; [`expand`] is pure: (config, discovery) → desired settings,
-//! refusals (requests this host cannot carry out, each failing the revision before any write)
-//! and the parts of the config this agent does not implement.
+//! [`Discovery::read`] is the I/O ([`discovery`]); [`expand`] is pure: (revision, config,
+//! discovery) → the goal's target values and the refusals (requests this host cannot carry out,
+//! each failing the revision before any write). [`cores`] is the plan step of
+//! `userspaceStack`, which takes the stack's cores out of the CPU masks the other parts set.
+
+pub mod cores;
+pub mod discovery;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 
-use hoststack_crds::{HostFacts, InterfaceFacts, ItemResult, ItemState, NodeConfig};
+use hoststack_crds::{ItemResult, ItemState, NodeConfig};
 
-use crate::appliers::irq::{self, QueueIrq};
 use crate::appliers::{
-    dpdk, firewall, hugepages, matching, nic, rps, xdp, Host, Kind, Refusal, Setting, Wants,
+    dpdk, firewall, hugepages, irq, matching, nic, rps, xdp, Refusal, Setting, Wants,
 };
 use crate::cpus::parse_list;
-use crate::dataplane::cores::{dedicate, CoreFacts};
-use crate::journal::Journal;
-use crate::transaction::Desired;
+use crate::journal::Applied;
+use crate::transaction::{Goal, TargetValues};
+use cores::dedicate;
+pub use discovery::Discovery;
 
-/// What the plan steps need to know of the host.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Discovery {
-    /// Host facts; `interfaces` also holds the interfaces hoststack bound to DPDK (their netdev
-    /// is gone, the journal remembers them).
-    pub facts: HostFacts,
-    /// The queue IRQs of each interface.
-    pub irqs: BTreeMap<String, Vec<QueueIrq>>,
-    /// What DPDK binding needs: vfio, management interfaces, IOMMU groups.
-    pub dpdk: dpdk::Context,
-    /// PCI network devices without a netdev (unbound, or bound to a user-space driver by
-    /// someone else), named by their PCI address: only an entry that matches by `pciAddress`
-    /// alone (no name, no driver) selects them, for DPDK binding.
-    pub unattached: Vec<InterfaceFacts>,
-    /// Each interface's offload features and channel counts, read through netlink.
-    pub nic: BTreeMap<String, nic::NicFacts>,
-    /// The API server's address: the firewall must not block it.
-    pub api_server: Option<IpAddr>,
-    /// The agent's affinity and the CPU masks a user-space stack's cores are taken out of.
-    pub cores: CoreFacts,
-}
-
-impl Discovery {
-    /// Reads the host. `api_server` is the API server's address (its route is protected from
-    /// DPDK binding); `journal` names the devices hoststack bound.
-    pub fn read(host: &Host, api_server: Option<IpAddr>, journal: &Journal) -> Self {
-        let roots = host.roots();
-        let mut facts = crate::facts::collect(&roots.proc_root, &roots.sys_root);
-        for entry in journal
-            .originals
-            .iter()
-            .filter(|e| e.kind == Kind::PciDriver)
-        {
-            if let Some((pci, name, driver)) = dpdk::parse_target(&entry.target) {
-                if !facts.interfaces.iter().any(|i| i.name == name) {
-                    facts.interfaces.push(InterfaceFacts {
-                        name: name.to_string(),
-                        driver: driver.map(str::to_string),
-                        pci_address: Some(pci.to_string()),
-                        ..InterfaceFacts::default()
-                    });
-                }
-            }
-        }
-        let unattached = dpdk::unattached_devices(roots, &facts.interfaces);
-        let nic = facts
-            .interfaces
-            .iter()
-            .map(|i| (i.name.clone(), nic::NicFacts::read(host.kernel(), &i.name)))
-            .collect();
-        let irqs = facts
-            .interfaces
-            .iter()
-            .map(|i| (i.name.clone(), irq::discover(roots, &i.name)))
-            .collect();
-        let read = |p: &str| std::fs::read_to_string(roots.proc_root.join(p)).unwrap_or_default();
-        let iommu_groups = facts
-            .interfaces
-            .iter()
-            .chain(&unattached)
-            .filter_map(|i| i.pci_address.clone())
-            .filter_map(|pci| Some((pci.clone(), dpdk::iommu_group(roots, &pci)?)))
-            .collect();
-        let dpdk = dpdk::Context {
-            vfio_available: facts.vfio_available,
-            management: dpdk::management_interfaces(
-                &read("net/route"),
-                &read("net/ipv6_route"),
-                api_server,
-            ),
-            iommu_groups,
-        };
-        let cores = CoreFacts::read(host, &facts.interfaces, &irqs, journal);
-        Discovery {
-            facts,
-            irqs,
-            dpdk,
-            unattached,
-            nic,
-            api_server,
-            cores,
-        }
-    }
-}
-
-/// A config expanded into host settings.
+/// What a revision asks of this host: the goal of its transaction, and what stands in its way.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Expansion {
-    /// Every setting of the revision with its desired value.
-    pub desired: Desired,
-    /// Requests refused on this host.
+    /// The revision and the target value of each of its settings.
+    pub goal: Goal,
+    /// Requests refused on this host; any of them fails the revision before any write.
     pub refused: Vec<Refusal>,
 }
 
-/// The pure expansion of a config (see the module doc).
-pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
+impl Expansion {
+    /// The expansion of a revert: every managed setting restored, nothing refused.
+    pub fn revert() -> Self {
+        Expansion::default()
+    }
+
+    /// The refused requests as status items in `state` (Failed, or WouldFail in Plan mode).
+    pub fn blockers(&self, state: ItemState) -> Vec<ItemResult> {
+        self.refused
+            .iter()
+            .map(|r| ItemResult {
+                kind: r.kind.clone(),
+                target: r.target.clone(),
+                original: None,
+                desired: None,
+                actual: None,
+                state,
+                message: Some(r.message.clone()),
+            })
+            .collect()
+    }
+}
+
+/// The pure expansion of `revision`'s config (see the module doc).
+pub fn expand(revision: Applied, config: &NodeConfig, d: &Discovery) -> Expansion {
     let mut wants = hugepages::desired(&config.hugepages);
     for (key, value) in &config.sysctls {
         wants.set(Setting::sysctl(key.clone()), value.0.clone());
@@ -219,7 +160,7 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
     if let Some(spec) = &config.firewall {
         wants.extend(firewall::desired(spec, d.api_server));
     }
-    let (mut desired, mut refused) = merge(wants);
+    let (mut values, mut refused) = merge(wants);
     if let Some(stack) = &config.userspace_stack {
         // Last: the stack's cores leave the masks the parts above asked for as well.
         refused.extend(dedicate(
@@ -227,19 +168,25 @@ pub fn expand(config: &NodeConfig, d: &Discovery) -> Expansion {
             &online,
             &d.facts.interfaces,
             &d.cores,
-            &mut desired,
+            &mut values,
         ));
     }
-    Expansion { desired, refused }
+    Expansion {
+        goal: Goal {
+            target: Some(revision),
+            values,
+        },
+        refused,
+    }
 }
 
 /// The settings of `wants` as one map; a setting asked twice with different values is refused.
-fn merge(wants: Wants) -> (Desired, Vec<Refusal>) {
-    let mut desired = Desired::new();
+fn merge(wants: Wants) -> (TargetValues, Vec<Refusal>) {
+    let mut values = TargetValues::new();
     let mut refused = wants.refused;
     let mut clashing: BTreeSet<Setting> = BTreeSet::new();
     for (setting, value) in wants.settings {
-        match desired.get(&setting) {
+        match values.get(&setting) {
             Some(v) if !setting.kind.same_value(v, &value) => {
                 refused.push(Refusal {
                     kind: setting.kind.as_str().into(),
@@ -253,27 +200,14 @@ fn merge(wants: Wants) -> (Desired, Vec<Refusal>) {
             }
             Some(_) => {}
             None => {
-                desired.insert(setting, value);
+                values.insert(setting, value);
             }
         }
     }
     for s in clashing {
-        desired.remove(&s);
+        values.remove(&s);
     }
-    (desired, refused)
-}
-
-/// The item of a refused request, in `state` (Failed, or WouldFail in Plan mode).
-pub fn refused_item(r: &Refusal, state: ItemState) -> ItemResult {
-    ItemResult {
-        kind: r.kind.clone(),
-        target: r.target.clone(),
-        original: None,
-        desired: None,
-        actual: None,
-        state,
-        message: Some(r.message.clone()),
-    }
+    (values, refused)
 }
 
 #[cfg(test)]
@@ -283,7 +217,19 @@ mod tests {
         IrqPolicy, Rps, SysctlValue, UserspaceStack, Xps,
     };
 
+    use hoststack_crds::{HostFacts, InterfaceFacts};
+
+    use super::cores::CoreFacts;
     use super::*;
+    use crate::appliers::irq::QueueIrq;
+    use crate::appliers::Kind;
+
+    fn revision() -> Applied {
+        Applied {
+            tuning: "edge".into(),
+            revision: "r1".into(),
+        }
+    }
 
     fn discovery() -> Discovery {
         let eth = |name: &str, pci: &str, rx: u32| InterfaceFacts {
@@ -383,7 +329,7 @@ mod tests {
             flow_entries: None,
         });
         c.interfaces.push(e);
-        let x = expand(&c, &d);
+        let x = expand(revision(), &c, &d);
         assert!(x.refused.is_empty(), "{:?}", x.refused);
         assert_eq!(
             keys(&x),
@@ -402,7 +348,7 @@ mod tests {
         let mut e = entry("eth0");
         e.offloads = [("lro".to_string(), true)].into();
         c.interfaces.push(e);
-        let x = expand(&c, &d);
+        let x = expand(revision(), &c, &d);
         assert_eq!(
             x.refused[0].message,
             "interfaces[0].offloads: the offload features of eth0 were not read"
@@ -423,10 +369,11 @@ mod tests {
             flow_entries: None,
         });
         c.interfaces.push(glob);
-        let x = expand(&c, &discovery());
+        let x = expand(revision(), &c, &discovery());
         assert!(x.refused.is_empty(), "{:?}", x.refused);
         assert_eq!(
-            x.desired
+            x.goal
+                .values
                 .get(&Setting::new(
                     Kind::PciDriver,
                     "0000:00:06.0/0000:00:06.0/-"
@@ -452,7 +399,8 @@ mod tests {
     }
 
     fn keys(e: &Expansion) -> Vec<String> {
-        e.desired
+        e.goal
+            .values
             .iter()
             .map(|(s, v)| format!("{} {}={v}", s.kind.as_str(), s.target))
             .collect()
@@ -480,7 +428,7 @@ mod tests {
         });
         e.xps = Some(Xps { cpus: "0-3".into() });
         c.interfaces.push(e);
-        let x = expand(&c, &discovery());
+        let x = expand(revision(), &c, &discovery());
         assert!(x.refused.is_empty(), "{:?}", x.refused);
         assert_eq!(
             keys(&x),
@@ -543,7 +491,7 @@ mod tests {
             ..Firewall::default()
         });
         c.userspace_stack = Some(UserspaceStack::default());
-        let x = expand(&c, &d);
+        let x = expand(revision(), &c, &d);
         let messages: Vec<&str> = x.refused.iter().map(|r| r.message.as_str()).collect();
         let has = |text: &str| messages.iter().any(|m| m.contains(text));
         assert!(
@@ -560,7 +508,8 @@ mod tests {
         );
         assert!(has("rpsCpus eth0/rx-0 is asked to be both"), "{messages:?}");
         assert!(!x
-            .desired
+            .goal
+            .values
             .contains_key(&Setting::new(Kind::RpsCpus, "eth0/rx-0")));
         assert!(
             has("userspaceStack.cores: no core given; the stack needs at least one"),
@@ -570,7 +519,7 @@ mod tests {
             has("firewall.blockedPrefixes[0]: \"10.0.0.1/8\" has host bits set"),
             "{messages:?}"
         );
-        assert!(!x.desired.contains_key(&firewall::setting()));
+        assert!(!x.goal.values.contains_key(&firewall::setting()));
         // The MTU of a device bound to DPDK is refused with the binding.
         assert!(
             has("interfaces[2]: eth1 is bound to DPDK by interfaces[2]"),
@@ -589,12 +538,12 @@ mod tests {
             syn_rate_limit: None,
             notrack_ports: vec![80],
         });
-        let x = expand(&c, &discovery());
+        let x = expand(revision(), &c, &discovery());
         assert!(x.refused.is_empty(), "{:?}", x.refused);
-        let settings: Vec<&Setting> = x.desired.keys().collect();
+        let settings: Vec<&Setting> = x.goal.values.keys().collect();
         assert_eq!(settings.last(), Some(&&firewall::setting()));
         assert_eq!(
-            x.desired[&firewall::setting()],
+            x.goal.values[&firewall::setting()],
             "blocked 198.19.20.0/24; syn-limit none; notrack 80"
         );
     }
@@ -610,7 +559,7 @@ mod tests {
             flow_entries: Some(64),
         });
         c.interfaces.push(e);
-        let x = expand(&c, &discovery());
+        let x = expand(revision(), &c, &discovery());
         assert_eq!(x.refused.len(), 1, "{:?}", x.refused);
         assert!(x.refused[0].message.contains("both"));
     }
