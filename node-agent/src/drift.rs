@@ -9,8 +9,9 @@
 
 use std::fmt;
 
-use crate::appliers::{Reading, Setting};
+use crate::appliers::applier;
 use crate::journal::Journal;
+use crate::model::{Reading, Setting};
 use crate::transaction::{Goal, Plan, Readings, TargetValues};
 
 /// One setting whose value on the host is no longer the one the applied revision set.
@@ -58,7 +59,8 @@ pub fn detect(applied: &TargetValues, readings: &Readings) -> Vec<Drift> {
         .iter()
         .filter_map(|(setting, desired)| {
             let found = readings.get(setting)?;
-            let same = matches!(found, Reading::Value(v) if setting.kind.same_value(v, desired));
+            let same =
+                matches!(found, Reading::Value(v) if applier(setting.kind).same_value(v, desired));
             (!same).then(|| Drift {
                 setting: setting.clone(),
                 desired: desired.clone(),
@@ -91,8 +93,8 @@ pub fn only_drift(plan: &Plan, drifted: &[Drift]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::appliers::Kind;
     use crate::journal::{Applied, Entry};
+    use crate::model::Kind;
     use crate::transaction::{plan, Action, Write};
 
     fn s(key: &str) -> Setting {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::appliers::{Kind, Setting};
+use crate::model::{Kind, Setting};
 use crate::{Error, Result};
 
 /// The journal format this agent writes and reads.

@@ -38,6 +38,7 @@ pub mod facts;
 pub mod health;
 pub mod heartbeat;
 pub mod journal;
+pub mod model;
 pub mod paths;
 pub mod preview;
 pub mod reconciler;

@@ -17,10 +17,11 @@ use std::net::IpAddr;
 
 use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning};
 
-use crate::appliers::{dpdk, irq, Kind, Reading};
+use crate::appliers::{dpdk, irq};
 use crate::drift::{self, Drift};
 use crate::expand::{expand, Discovery, Expansion};
 use crate::journal::Applied;
+use crate::model::{Kind, Reading};
 use crate::transaction::{Goal, Outcome, Prepared, Readings, Transactor};
 use crate::Result;
 
@@ -488,7 +489,7 @@ mod tests {
             expanded
                 .goal
                 .values
-                .get(&crate::appliers::Setting::sysctl("net.ipv4.tcp_sack")),
+                .get(&crate::model::Setting::sysctl("net.ipv4.tcp_sack")),
             Some(&"0".to_string())
         );
         assert_eq!(

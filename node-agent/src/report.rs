@@ -286,9 +286,9 @@ mod tests {
     fn drift_is_a_condition_and_the_health_sample_is_kept() {
         let applied = outcome(NodeState::Applied, None);
         let drifted = [Drift {
-            setting: crate::appliers::Setting::sysctl("net.ipv4.tcp_sack"),
+            setting: crate::model::Setting::sysctl("net.ipv4.tcp_sack"),
             desired: "0".into(),
-            found: crate::appliers::Reading::Value("1".into()),
+            found: crate::model::Reading::Value("1".into()),
         }];
         let sample = HealthSample {
             request_id: "h1".into(),

@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hoststack_crds::{ItemResult, ItemState, NodeState};
 
-use crate::appliers::{Host, Reading, Setting};
+use crate::appliers::{applier, Host};
 use crate::journal::{Applied, Entry, InFlight, Journal, JournalStore};
+use crate::model::{Reading, Setting};
 use crate::{Error, Result};
 
 /// The target value of each setting of a revision: what the transaction makes the host hold.
@@ -128,7 +129,7 @@ pub fn plan(values: &TargetValues, originals: &[Entry], readings: &Readings) -> 
                 if !managed {
                     plan.added.push(Entry::new(setting, current.clone()));
                 }
-                if !setting.kind.same_value(&current, value) {
+                if !applier(setting.kind).same_value(&current, value) {
                     plan.writes.push(Write {
                         setting: setting.clone(),
                         before: current,
@@ -417,8 +418,8 @@ impl Transactor {
     /// Reads a setting back after writing `value`; the value read when it matches.
     fn verify(&self, setting: &Setting, value: &str) -> Result<String, String> {
         match self.host.read(setting) {
-            Reading::Value(v) if setting.kind.same_value(&v, value) => Ok(v),
-            Reading::Value(v) => Err(setting.kind.mismatch(value, &v)),
+            Reading::Value(v) if applier(setting.kind).same_value(&v, value) => Ok(v),
+            Reading::Value(v) => Err(applier(setting.kind).mismatch(value, &v)),
             Reading::Missing(reason) | Reading::Unreadable(reason) => Err(reason),
         }
     }
@@ -550,7 +551,9 @@ fn settle(item: &mut Item, read_back: Option<&str>) {
         ItemState::Reverted
     } else {
         match (&r.original, &r.desired) {
-            (Some(o), Some(d)) if item.setting.kind.same_value(o, d) => ItemState::Unchanged,
+            (Some(o), Some(d)) if applier(item.setting.kind).same_value(o, d) => {
+                ItemState::Unchanged
+            }
             _ => ItemState::Applied,
         }
     };

@@ -8,8 +8,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hoststack_agent::appliers::{Host, Setting};
+use hoststack_agent::appliers::Host;
 use hoststack_agent::journal::{Entry, Journal, JournalStore};
+use hoststack_agent::model::Setting;
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::report::{self, StatusInput, DRIFTED};
 use hoststack_agent::transaction::{Outcome, Transactor};

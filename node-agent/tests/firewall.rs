@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hoststack_agent::appliers::firewall::{self, Observed, Ruleset};
-use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots, Setting};
+use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
 use hoststack_agent::journal::{Applied, JournalStore};
+use hoststack_agent::model::Setting;
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{ItemState, NodeState};
 

@@ -20,9 +20,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hoststack_agent::appliers::firewall::{self, netlink};
-use hoststack_agent::appliers::{Host, Reading, Setting};
+use hoststack_agent::appliers::Host;
 use hoststack_agent::exporter::Exporter;
 use hoststack_agent::journal::{Applied, JournalStore};
+use hoststack_agent::model::{Reading, Setting};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{ItemState, NodeState};
 

@@ -26,9 +26,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hoststack_agent::appliers::{write_existing, Host, Kernel, Kind, Reading, Roots};
+use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
 use hoststack_agent::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use hoststack_agent::journal::{Journal, JournalStore};
+use hoststack_agent::model::{Kind, Reading};
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{

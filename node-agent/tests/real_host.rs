@@ -7,9 +7,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use hoststack_agent::appliers::{Host, Kernel, Kind, RealKernel, Roots, Setting};
+use hoststack_agent::appliers::{Host, Kernel, RealKernel, Roots};
 use hoststack_agent::cpus::{format_list, parse_list};
 use hoststack_agent::journal::{Applied, JournalStore};
+use hoststack_agent::model::{Kind, Setting};
 use hoststack_agent::transaction::{Goal, Transactor};
 use hoststack_crds::NodeState;
 

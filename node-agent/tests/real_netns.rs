@@ -6,8 +6,9 @@
 
 mod netns;
 
-use hoststack_agent::appliers::{Host, Reading, Setting};
+use hoststack_agent::appliers::Host;
 use hoststack_agent::journal::{Applied, JournalStore};
+use hoststack_agent::model::{Reading, Setting};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::NodeState;
 

@@ -12,8 +12,9 @@ use std::panic;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hoststack_agent::appliers::{same_value, Host, Setting};
+use hoststack_agent::appliers::Host;
 use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
+use hoststack_agent::model::{same_value, Setting};
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{

@@ -29,9 +29,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use hoststack_agent::appliers::xdp::{self, Pins};
-use hoststack_agent::appliers::{Host, Kernel, Kind, Reading, RealKernel, Setting};
+use hoststack_agent::appliers::{Host, Kernel, RealKernel};
 use hoststack_agent::exporter::Exporter;
 use hoststack_agent::journal::{Applied, JournalStore};
+use hoststack_agent::model::{Kind, Reading, Setting};
 use hoststack_agent::transaction::{Goal, Outcome, TargetValues, Transactor};
 use hoststack_crds::NodeState;
 

@@ -28,8 +28,23 @@ use std::path::{Path, PathBuf};
 use hoststack_crds::{DpdkBinding, DpdkDriver, InterfaceFacts};
 
 use super::nic::{ChannelCounts, ChannelInfo};
-use super::{invalid, Kernel, Kind, Reading, Roots, Setting, Wants};
+use super::{Applier, Host, Kernel, Roots};
+use crate::model::{invalid, Kind, Reading, Setting, Wants};
 use crate::sysfs::{dir_names, is_pci_address, link_name, plain_name};
+
+/// The applier of [`Kind::PciDriver`].
+#[derive(Clone, Copy, Debug)]
+pub struct PciDriver;
+
+impl Applier for PciDriver {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.roots(), host.kernel(), target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.roots(), host.kernel(), target, value)
+    }
+}
 
 /// The driver name of a DPDK driver choice.
 pub fn driver_name(driver: DpdkDriver) -> &'static str {

@@ -4,7 +4,7 @@
 //!
 //! Targets are `2Mi` (system-wide) or `node0/2Mi`. The kernel may allocate fewer pages than
 //! asked (memory is fragmented or short); the read-back then differs and the item fails with
-//! "asked N, got M" (see [`super::Kind::mismatch`]), and the transaction restores the count.
+//! "asked N, got M" (see [`Hugepages`]), and the transaction restores the count.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -12,7 +12,35 @@ use std::path::PathBuf;
 
 use hoststack_crds::{HugepageReservation, HugepageSize};
 
-use super::{hugetlbfs, invalid, read_value, Kernel, Kind, Reading, Roots, Setting, Wants};
+use super::{hugetlbfs, Applier, Host, Kernel, Roots};
+use crate::model::{invalid, read_value, same_number, Kind, Reading, Setting, Wants};
+
+/// The applier of [`Kind::Hugepages`]: counts compare as numbers, and a count that does not read
+/// back is the kernel's shortage of memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Hugepages;
+
+impl Applier for Hugepages {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.roots(), target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.roots(), host.kernel(), target, value)
+    }
+
+    fn same_value(&self, a: &str, b: &str) -> bool {
+        same_number(a, b)
+    }
+
+    fn mismatch(&self, wrote: &str, read: &str) -> String {
+        format!(
+            "asked {}, got {}: the kernel could not allocate that many pages",
+            wrote.trim(),
+            read.trim()
+        )
+    }
+}
 
 /// The status name of a page size (`2Mi`, `1Gi`).
 pub fn size_name(size: HugepageSize) -> &'static str {

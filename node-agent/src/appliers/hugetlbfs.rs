@@ -18,7 +18,22 @@ use std::path::{Component, Path};
 
 use hoststack_crds::HugepageSize;
 
-use super::{invalid, Kernel, Reading, Roots};
+use super::{Applier, Host, Kernel, Roots};
+use crate::model::{invalid, Reading};
+
+/// The applier of [`Kind::Hugetlbfs`](crate::model::Kind::Hugetlbfs).
+#[derive(Clone, Copy, Debug)]
+pub struct Hugetlbfs;
+
+impl Applier for Hugetlbfs {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.roots(), target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.roots(), host.kernel(), target, value)
+    }
+}
 
 /// The value of a mount point with nothing mounted on it.
 pub const UNMOUNTED: &str = "unmounted";

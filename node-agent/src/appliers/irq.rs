@@ -15,9 +15,31 @@ use std::path::Path;
 
 use hoststack_crds::{IrqAffinity, IrqPolicy};
 
-use super::{invalid, read_value, Kernel, Kind, Reading, Roots, Setting, Wants};
+use super::{Applier, Host, Kernel, Roots};
 use crate::cpus::{format_list, parse_list};
+use crate::model::{invalid, read_value, same_value, Kind, Reading, Setting, Wants};
 use crate::sysfs::{dir_names, link_name, plain_name};
+
+/// The applier of [`Kind::IrqAffinity`]: CPU lists compare as sets of CPUs.
+#[derive(Clone, Copy, Debug)]
+pub struct Affinity;
+
+impl Applier for Affinity {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.roots(), target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.roots(), host.kernel(), target, value)
+    }
+
+    fn same_value(&self, a: &str, b: &str) -> bool {
+        match (parse_list(a), parse_list(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => same_value(a, b),
+        }
+    }
+}
 
 /// One queue interrupt of an interface.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

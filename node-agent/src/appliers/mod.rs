@@ -1,10 +1,9 @@
-//! Appliers: one module per kind of host setting. Each reads and writes the current value of one
-//! setting; the transaction decides what to write and in which order.
+//! Appliers: one module per kind of host setting, each with the plan step of its part of the
+//! spec (spec → [`Wants`](crate::model::Wants)) and an [`Applier`] that reads, writes and
+//! compares its values; the transaction decides what to write and in which order.
 //!
-//! Every setting is a [`Setting`] (a [`Kind`] and a target within it) whose value is a string,
-//! so the journal, the plan and the undo treat all kinds alike. The kinds are declared in the
-//! agent's apply order (hugepages, sysctls, NIC, IRQ affinity, RPS/XPS, nftables, XDP, DPDK
-//! binding): the plan sets settings in [`Setting`] order, and a revert restores them in reverse.
+//! [`applier`] is the one table from a [`Kind`] to its applier: a new knob is a kind, an
+//! applier module and a row there.
 //!
 //! Reads of files go straight to the files under the configured roots, reads over netlink or
 //! bpf (NIC, nftables, XDP) go through the [`Kernel`], and every change goes through the
@@ -12,13 +11,14 @@
 //! refuses, rebinds) behind a fake tree.
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::OpenOptions;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use crate::model::{Kind, Reading, Setting};
 
+mod applier;
 pub mod dpdk;
 pub mod firewall;
 pub mod hugepages;
@@ -30,162 +30,27 @@ pub mod rps;
 pub mod sysctl;
 pub mod xdp;
 
-/// The kinds of host setting the agent manages, in apply order; the journal records each value
-/// with its kind.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    /// A hugepage count: `2Mi` (system-wide) or `node0/2Mi` (one NUMA node).
-    #[serde(rename = "hugepages")]
-    Hugepages,
-    /// A hugetlbfs mount, named by its mount point.
-    #[serde(rename = "hugetlbfs")]
-    Hugetlbfs,
-    /// A kernel parameter under `<proc-root>/sys`, named by its dotted key.
-    #[serde(rename = "sysctl")]
-    Sysctl,
-    /// A channel count of an interface, named `IF/combined`, `IF/rx` or `IF/tx`.
-    #[serde(rename = "channels")]
-    Channels,
-    /// An offload feature of an interface (`on`/`off`), named `IF/<kernel feature name>`.
-    #[serde(rename = "offload")]
-    Offload,
-    /// A ring size of an interface, named `IF/rx` or `IF/tx`.
-    #[serde(rename = "ring")]
-    Ring,
-    /// The MTU of an interface, named by the interface.
-    #[serde(rename = "mtu")]
-    Mtu,
-    /// The CPUs of one IRQ (`<proc-root>/irq/N/smp_affinity_list`), named by its number.
-    #[serde(rename = "irqAffinity")]
-    IrqAffinity,
-    /// The RPS CPU mask of one rx queue, named `IF/rx-N`.
-    #[serde(rename = "rpsCpus")]
-    RpsCpus,
-    /// The RFS flow count of one rx queue, named `IF/rx-N`.
-    #[serde(rename = "rpsFlowCnt")]
-    RpsFlowCnt,
-    /// The XPS CPU mask of one tx queue, named `IF/tx-N`.
-    #[serde(rename = "xpsCpus")]
-    XpsCpus,
-    /// The agent's nftables table, named `inet/hoststack`; its value describes the whole table
-    /// (`absent` when there is none).
-    #[serde(rename = "nftables")]
-    Nftables,
-    /// The source prefixes of an interface's XDP blocklist maps, named by the interface.
-    #[serde(rename = "xdpBlocklist")]
-    XdpBlocklist,
-    /// The XDP program attached to an interface (`none`, `blocklist/native`, ...), named by the
-    /// interface.
-    #[serde(rename = "xdpProgram")]
-    XdpProgram,
-    /// The driver a PCI device is bound to, named `ADDR/IF/NETDRIVER`.
-    #[serde(rename = "pciDriver")]
-    PciDriver,
-}
+pub use applier::Applier;
 
-impl Kind {
-    /// The name used in status items (`ItemResult.kind`) and in the journal.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Hugepages => "hugepages",
-            Kind::Hugetlbfs => "hugetlbfs",
-            Kind::Sysctl => "sysctl",
-            Kind::Channels => "channels",
-            Kind::Offload => "offload",
-            Kind::Ring => "ring",
-            Kind::Mtu => "mtu",
-            Kind::IrqAffinity => "irqAffinity",
-            Kind::RpsCpus => "rpsCpus",
-            Kind::RpsFlowCnt => "rpsFlowCnt",
-            Kind::XpsCpus => "xpsCpus",
-            Kind::Nftables => "nftables",
-            Kind::XdpBlocklist => "xdpBlocklist",
-            Kind::XdpProgram => "xdpProgram",
-            Kind::PciDriver => "pciDriver",
-        }
+/// The applier of each kind: the one table a new knob adds its row to.
+pub fn applier(kind: Kind) -> &'static dyn Applier {
+    match kind {
+        Kind::Hugepages => &hugepages::Hugepages,
+        Kind::Hugetlbfs => &hugetlbfs::Hugetlbfs,
+        Kind::Sysctl => &sysctl::Sysctl,
+        Kind::Channels => &nic::Nic(Kind::Channels),
+        Kind::Offload => &nic::Nic(Kind::Offload),
+        Kind::Ring => &nic::Nic(Kind::Ring),
+        Kind::Mtu => &nic::Nic(Kind::Mtu),
+        Kind::IrqAffinity => &irq::Affinity,
+        Kind::RpsCpus => &rps::Queue(Kind::RpsCpus),
+        Kind::RpsFlowCnt => &rps::Queue(Kind::RpsFlowCnt),
+        Kind::XpsCpus => &rps::Queue(Kind::XpsCpus),
+        Kind::Nftables => &firewall::Table,
+        Kind::XdpBlocklist => &xdp::Blocklists,
+        Kind::XdpProgram => &xdp::Programs,
+        Kind::PciDriver => &dpdk::PciDriver,
     }
-
-    /// Whether two values of this kind are the same setting: sysctls compare with whitespace
-    /// runs collapsed, CPU lists and masks as sets of CPUs, counts as numbers, the rest exactly
-    /// (up to surrounding whitespace).
-    pub fn same_value(self, a: &str, b: &str) -> bool {
-        match self {
-            Kind::Sysctl => same_value(a, b),
-            Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => nic::same_value(self, a, b),
-            Kind::IrqAffinity => match (crate::cpus::parse_list(a), crate::cpus::parse_list(b)) {
-                (Some(x), Some(y)) => x == y,
-                _ => same_value(a, b),
-            },
-            Kind::RpsCpus | Kind::XpsCpus => {
-                match (crate::cpus::mask_cpus(a), crate::cpus::mask_cpus(b)) {
-                    (Some(x), Some(y)) => x == y,
-                    _ => same_value(a, b),
-                }
-            }
-            Kind::Hugepages | Kind::RpsFlowCnt => {
-                match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
-                    (Ok(x), Ok(y)) => x == y,
-                    _ => same_value(a, b),
-                }
-            }
-            Kind::XdpBlocklist => xdp::same_blocklist(a, b),
-            Kind::XdpProgram => xdp::same_program(a, b),
-            Kind::Hugetlbfs | Kind::PciDriver | Kind::Nftables => same_value(a, b),
-        }
-    }
-
-    /// Why a write of `wrote` that read back as `read` did not take.
-    pub fn mismatch(self, wrote: &str, read: &str) -> String {
-        match self {
-            Kind::Hugepages => format!(
-                "asked {}, got {}: the kernel could not allocate that many pages",
-                wrote.trim(),
-                read.trim()
-            ),
-            _ => format!("wrote {wrote:?} but read back {read:?}"),
-        }
-    }
-}
-
-/// One host setting: its kind and its name within that kind (a sysctl's dotted key).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Setting {
-    /// Which applier owns it.
-    pub kind: Kind,
-    /// Its name, e.g. `net.ipv4.tcp_sack`.
-    pub target: String,
-}
-
-impl Setting {
-    /// A setting of `kind` named `target`.
-    pub fn new(kind: Kind, target: impl Into<String>) -> Self {
-        Setting {
-            kind,
-            target: target.into(),
-        }
-    }
-
-    /// A sysctl by its dotted key.
-    pub fn sysctl(key: impl Into<String>) -> Self {
-        Setting::new(Kind::Sysctl, key)
-    }
-}
-
-impl fmt::Display for Setting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.kind.as_str(), self.target)
-    }
-}
-
-/// What reading a setting from the host gave.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reading {
-    /// Its current value, as the kernel prints it (without the trailing newline).
-    Value(String),
-    /// It does not exist on this host; the text says so with the path.
-    Missing(String),
-    /// It exists but could not be read (or its name is unsafe); the text says why.
-    Unreadable(String),
 }
 
 /// The calls that change the host. The real one writes files and calls mount(2)/umount(2);
@@ -543,95 +408,19 @@ impl Host {
 
     /// Reads one setting.
     pub fn read(&self, setting: &Setting) -> Reading {
-        let t = &setting.target;
-        let r = &self.roots;
-        match setting.kind {
-            Kind::Sysctl => sysctl::Sysctls::new(&r.proc_root).read(t),
-            Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => {
-                nic::read(self.kernel.as_ref(), setting.kind, t)
-            }
-            Kind::Hugepages => hugepages::read(r, t),
-            Kind::Hugetlbfs => hugetlbfs::read(r, t),
-            Kind::IrqAffinity => irq::read(r, t),
-            Kind::RpsCpus | Kind::RpsFlowCnt | Kind::XpsCpus => rps::read(r, setting.kind, t),
-            Kind::Nftables => firewall::read(self.kernel.as_ref(), t),
-            Kind::XdpBlocklist => xdp::read_blocklist(self.kernel.as_ref(), &self.bpffs_root, t),
-            Kind::XdpProgram => xdp::read_program(self.kernel.as_ref(), &self.bpffs_root, t),
-            Kind::PciDriver => dpdk::read(r, self.kernel.as_ref(), t),
-        }
+        applier(setting.kind).read(self, &setting.target)
     }
 
     /// Writes one setting. The error is what the kernel said (e.g. EINVAL when it refuses the
     /// value).
     pub fn write(&self, setting: &Setting, value: &str) -> io::Result<()> {
-        let t = &setting.target;
-        let r = &self.roots;
-        let k = self.kernel.as_ref();
-        match setting.kind {
-            Kind::Sysctl => sysctl::Sysctls::new(&r.proc_root).write_with(k, t, value),
-            Kind::Channels | Kind::Offload | Kind::Ring | Kind::Mtu => {
-                nic::write(k, setting.kind, t, value)
-            }
-            Kind::Hugepages => hugepages::write(r, k, t, value),
-            Kind::Hugetlbfs => hugetlbfs::write(r, k, t, value),
-            Kind::IrqAffinity => irq::write(r, k, t, value),
-            Kind::RpsCpus | Kind::RpsFlowCnt | Kind::XpsCpus => {
-                rps::write(r, k, setting.kind, t, value)
-            }
-            Kind::Nftables => firewall::write(k, t, value),
-            Kind::XdpBlocklist => xdp::write_blocklist(k, &self.bpffs_root, t, value),
-            Kind::XdpProgram => xdp::write_program(k, &self.bpffs_root, t, value),
-            Kind::PciDriver => dpdk::write(r, k, t, value),
-        }
+        applier(setting.kind).write(self, &setting.target, value)
     }
-}
-
-/// Whether two values are the same setting: equal once runs of whitespace are collapsed and the
-/// ends trimmed (the kernel prints `tcp_rmem` with tabs; users write spaces).
-pub fn same_value(a: &str, b: &str) -> bool {
-    a.split_whitespace().eq(b.split_whitespace())
-}
-
-/// Longest value read from a procfs or sysfs file; the kernel prints at most a page.
-const MAX_VALUE_BYTES: u64 = 64 * 1024;
-
-/// Reads a one-value kernel file without its trailing newline: `Missing` (with `what` and the
-/// path) when it does not exist.
-pub(crate) fn read_value(path: &Path, what: &str) -> Reading {
-    let mut bytes = Vec::new();
-    let read = File::open(path).and_then(|f| f.take(MAX_VALUE_BYTES).read_to_end(&mut bytes));
-    match read {
-        Ok(_) => {
-            if bytes.last() == Some(&b'\n') {
-                bytes.pop();
-            }
-            Reading::Value(String::from_utf8_lossy(&bytes).into_owned())
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Reading::Missing(format!("{what} ({})", path.display()))
-        }
-        Err(e) => Reading::Unreadable(format!("cannot read {}: {e}", path.display())),
-    }
-}
-
-/// An error for a malformed setting name or value.
-pub(crate) fn invalid(message: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn values_compare_with_whitespace_collapsed() {
-        assert!(same_value("4096\t131072\t6291456", "4096 131072  6291456"));
-        assert!(same_value(" 1 ", "1"));
-        assert!(same_value("", "  "));
-        assert!(!same_value("1", "0"));
-        assert!(!same_value("4096 131072", "4096131072"));
-        assert!(!same_value("a b", "ab"));
-    }
 
     #[test]
     fn values_compare_by_kind() {
@@ -660,94 +449,15 @@ mod tests {
             ),
         ];
         for (kind, a, b, same) in table {
-            assert_eq!(kind.same_value(a, b), *same, "{kind:?} {a:?} {b:?}");
+            assert_eq!(
+                applier(*kind).same_value(a, b),
+                *same,
+                "{kind:?} {a:?} {b:?}"
+            );
         }
         assert_eq!(
-            Kind::Hugepages.mismatch("512", "100"),
+            applier(Kind::Hugepages).mismatch("512", "100"),
             "asked 512, got 100: the kernel could not allocate that many pages"
         );
     }
-
-    #[test]
-    fn kinds_sort_in_apply_order() {
-        let mut kinds = vec![
-            Kind::PciDriver,
-            Kind::XdpProgram,
-            Kind::Nftables,
-            Kind::XpsCpus,
-            Kind::XdpBlocklist,
-            Kind::Mtu,
-            Kind::Sysctl,
-            Kind::Offload,
-            Kind::IrqAffinity,
-            Kind::Ring,
-            Kind::Hugetlbfs,
-            Kind::Channels,
-            Kind::RpsCpus,
-            Kind::Hugepages,
-        ];
-        kinds.sort();
-        assert_eq!(
-            kinds,
-            [
-                Kind::Hugepages,
-                Kind::Hugetlbfs,
-                Kind::Sysctl,
-                Kind::Channels,
-                Kind::Offload,
-                Kind::Ring,
-                Kind::Mtu,
-                Kind::IrqAffinity,
-                Kind::RpsCpus,
-                Kind::XpsCpus,
-                Kind::Nftables,
-                Kind::XdpBlocklist,
-                Kind::XdpProgram,
-                Kind::PciDriver,
-            ]
-        );
-    }
-}
-
-/// What one section of a config asks of the host, before anything is read: the settings with
-/// their desired values, and what cannot be done at all (with the reason).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Wants {
-    /// Settings and their desired values, in the order found.
-    pub settings: Vec<(Setting, String)>,
-    /// Requests refused before any write.
-    pub refused: Vec<Refusal>,
-}
-
-impl Wants {
-    /// Adds a desired setting.
-    pub fn set(&mut self, setting: Setting, value: impl Into<String>) {
-        self.settings.push((setting, value.into()));
-    }
-
-    /// Refuses a request.
-    pub fn refuse(&mut self, kind: &str, target: impl Into<String>, message: impl Into<String>) {
-        self.refused.push(Refusal {
-            kind: kind.to_string(),
-            target: target.into(),
-            message: message.into(),
-        });
-    }
-
-    /// Appends everything `other` wants.
-    pub fn extend(&mut self, other: Wants) {
-        self.settings.extend(other.settings);
-        self.refused.extend(other.refused);
-    }
-}
-
-/// A request that cannot be carried out on this host; it fails the revision before any write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// The status item kind (`hugepages`, `irqAffinity`, `pciDriver`, `interfaces`, ...).
-    pub kind: String,
-    /// What it is about (`interfaces[0]`, a PCI address, a mount point, ...).
-    pub target: String,
-    /// Why.
-    pub message: String,
 }

@@ -20,12 +20,32 @@ use std::io;
 use hoststack_crds::{InterfaceFacts, InterfaceTuning, NodeConfig};
 
 use super::matching::{self, glob};
-use super::{invalid, Kernel, Kind, Reading, Setting, Wants};
+use super::{Applier, Host, Kernel};
+use crate::model::{invalid, Kind, Reading, Setting, Wants};
 use crate::sysfs::plain_name;
 
 pub mod ethtool;
 pub mod rxfh;
 pub mod socket;
+
+/// The applier of a NIC setting: [`Kind::Channels`], [`Kind::Offload`], [`Kind::Ring`] or
+/// [`Kind::Mtu`].
+#[derive(Clone, Copy, Debug)]
+pub struct Nic(pub Kind);
+
+impl Applier for Nic {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.kernel(), self.0, target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.kernel(), self.0, target, value)
+    }
+
+    fn same_value(&self, a: &str, b: &str) -> bool {
+        same_value(self.0, a, b)
+    }
+}
 
 /// Channel counts and their maxima as the driver reports them; 0 means the driver has no
 /// channels of that type (`n/a` in `ethtool -l`).
@@ -151,11 +171,11 @@ pub fn same_value(kind: Kind, a: &str, b: &str) -> bool {
     match kind {
         Kind::Offload => match (parse_on_off(a), parse_on_off(b)) {
             (Some(x), Some(y)) => x == y,
-            _ => super::same_value(a, b),
+            _ => crate::model::same_value(a, b),
         },
         _ => match (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
             (Ok(x), Ok(y)) => x == y,
-            _ => super::same_value(a, b),
+            _ => crate::model::same_value(a, b),
         },
     }
 }

@@ -13,12 +13,38 @@ use std::path::PathBuf;
 
 use hoststack_crds::{InterfaceFacts, Rps, Xps};
 
-use super::{invalid, read_value, Kernel, Kind, Reading, Roots, Setting, Wants};
-use crate::cpus::{cpus_to_mask, format_list, parse_list};
+use super::{Applier, Host, Kernel, Roots};
+use crate::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
+use crate::model::{invalid, read_value, same_number, same_value, Kind, Reading, Setting, Wants};
 use crate::sysfs::plain_name;
 
 /// The sysctl that sizes the global RFS socket flow table.
 pub const SOCK_FLOW_ENTRIES: &str = "net.core.rps_sock_flow_entries";
+
+/// The applier of a queue setting, [`Kind::RpsCpus`], [`Kind::RpsFlowCnt`] or
+/// [`Kind::XpsCpus`]: masks compare as sets of CPUs, flow counts as numbers.
+#[derive(Clone, Copy, Debug)]
+pub struct Queue(pub Kind);
+
+impl Applier for Queue {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.roots(), self.0, target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.roots(), host.kernel(), self.0, target, value)
+    }
+
+    fn same_value(&self, a: &str, b: &str) -> bool {
+        match self.0 {
+            Kind::RpsFlowCnt => same_number(a, b),
+            _ => match (mask_cpus(a), mask_cpus(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => same_value(a, b),
+            },
+        }
+    }
+}
 
 /// The file of a queue setting.
 fn path(roots: &Roots, kind: Kind, target: &str) -> Result<PathBuf, String> {

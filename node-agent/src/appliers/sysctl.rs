@@ -7,8 +7,23 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{read_value, Kernel, Reading, RealKernel};
+use super::{Applier, Host, Kernel};
+use crate::model::{read_value, Reading};
 use crate::{Error, Result};
+
+/// The applier of [`Kind::Sysctl`](crate::model::Kind::Sysctl).
+#[derive(Clone, Copy, Debug)]
+pub struct Sysctl;
+
+impl Applier for Sysctl {
+    fn read(&self, host: &Host, key: &str) -> Reading {
+        read(&host.roots().proc_root, key)
+    }
+
+    fn write(&self, host: &Host, key: &str, value: &str) -> io::Result<()> {
+        write(host.kernel(), &host.roots().proc_root, key, value)
+    }
+}
 
 /// The relative path of a sysctl key under `<proc-root>/sys`: its dot-separated segments, each
 /// non-empty and free of `/`, whitespace and control characters.
@@ -27,47 +42,26 @@ pub fn key_path(key: &str) -> Result<PathBuf> {
     Ok(key.split('.').collect())
 }
 
-/// The sysctls of one procfs mount.
-#[derive(Clone, Debug)]
-pub struct Sysctls {
-    root: PathBuf,
+/// The file of a key under the procfs at `proc_root`.
+pub fn path(proc_root: &Path, key: &str) -> Result<PathBuf> {
+    Ok(proc_root.join("sys").join(key_path(key)?))
 }
 
-impl Sysctls {
-    /// Sysctls under `<proc_root>/sys`.
-    pub fn new(proc_root: &Path) -> Self {
-        Sysctls {
-            root: proc_root.join("sys"),
-        }
-    }
+/// Reads a key's current value without its trailing newline.
+pub fn read(proc_root: &Path, key: &str) -> Reading {
+    let path = match path(proc_root, key) {
+        Ok(path) => path,
+        Err(e) => return Reading::Unreadable(e.to_string()),
+    };
+    read_value(&path, "no such sysctl on this kernel")
+}
 
-    /// The file of a key.
-    pub fn path(&self, key: &str) -> Result<PathBuf> {
-        Ok(self.root.join(key_path(key)?))
-    }
-
-    /// Reads a key's current value without its trailing newline.
-    pub fn read(&self, key: &str) -> Reading {
-        let path = match self.path(key) {
-            Ok(path) => path,
-            Err(e) => return Reading::Unreadable(e.to_string()),
-        };
-        read_value(&path, "no such sysctl on this kernel")
-    }
-
-    /// Writes `value` and a newline to a key's file in one write, as `sysctl -w` does.
-    pub fn write(&self, key: &str, value: &str) -> io::Result<()> {
-        self.write_with(&RealKernel, key, value)
-    }
-
-    /// Like [`Sysctls::write`], through `kernel`.
-    pub fn write_with(&self, kernel: &dyn Kernel, key: &str, value: &str) -> io::Result<()> {
-        let path = self
-            .path(key)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        // Never create a file: a key that does not exist is not a sysctl.
-        kernel.write(&path, format!("{value}\n").as_bytes())
-    }
+/// Writes `value` and a newline to a key's file in one write, as `sysctl -w` does.
+pub fn write(kernel: &dyn Kernel, proc_root: &Path, key: &str, value: &str) -> io::Result<()> {
+    let path = path(proc_root, key)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    // Never create a file: a key that does not exist is not a sysctl.
+    kernel.write(&path, format!("{value}\n").as_bytes())
 }
 
 #[cfg(test)]
@@ -106,23 +100,24 @@ mod tests {
         let base = dir.path().join("sys/net/ipv4");
         std::fs::create_dir_all(&base).expect("mkdir");
         std::fs::write(base.join("tcp_rmem"), "4096\t131072\t6291456\n").expect("write");
-        let s = Sysctls::new(dir.path());
+        let p = dir.path();
+        let kernel = super::super::RealKernel;
         assert_eq!(
-            s.read("net.ipv4.tcp_rmem"),
+            read(p, "net.ipv4.tcp_rmem"),
             Reading::Value("4096\t131072\t6291456".into())
         );
-        s.write("net.ipv4.tcp_rmem", "1 2 3").expect("write");
+        write(&kernel, p, "net.ipv4.tcp_rmem", "1 2 3").expect("write");
         assert_eq!(
             std::fs::read_to_string(base.join("tcp_rmem")).expect("read"),
             "1 2 3\n"
         );
-        match s.read("net.ipv4.nope") {
+        match read(p, "net.ipv4.nope") {
             Reading::Missing(m) => assert!(m.contains("no such sysctl") && m.contains("nope")),
             other => panic!("{other:?}"),
         }
         // Writing never creates a sysctl.
-        assert!(s.write("net.ipv4.nope", "1").is_err());
+        assert!(write(&kernel, p, "net.ipv4.nope", "1").is_err());
         assert!(!base.join("nope").exists());
-        assert!(matches!(s.read("net/../x"), Reading::Unreadable(_)));
+        assert!(matches!(read(p, "net/../x"), Reading::Unreadable(_)));
     }
 }

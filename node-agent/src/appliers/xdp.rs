@@ -38,8 +38,45 @@ use std::str::FromStr;
 
 use hoststack_crds::{InterfaceFacts, Xdp, XdpMode, XdpProgram};
 
-use super::{invalid, Kernel, Kind, Reading, Setting, Wants};
+use super::{Applier, Host, Kernel};
+use crate::model::{invalid, same_value, Kind, Reading, Setting, Wants};
 use crate::sysfs::{dir_names, plain_name};
+
+/// The applier of [`Kind::XdpBlocklist`]: lists compare as sets of prefixes.
+#[derive(Clone, Copy, Debug)]
+pub struct Blocklists;
+
+impl Applier for Blocklists {
+    fn read(&self, host: &Host, iface: &str) -> Reading {
+        read_blocklist(host.kernel(), host.bpffs_root(), iface)
+    }
+
+    fn write(&self, host: &Host, iface: &str, value: &str) -> io::Result<()> {
+        write_blocklist(host.kernel(), host.bpffs_root(), iface, value)
+    }
+
+    fn same_value(&self, a: &str, b: &str) -> bool {
+        same_blocklist(a, b)
+    }
+}
+
+/// The applier of [`Kind::XdpProgram`]: `auto` matches either mode.
+#[derive(Clone, Copy, Debug)]
+pub struct Programs;
+
+impl Applier for Programs {
+    fn read(&self, host: &Host, iface: &str) -> Reading {
+        read_program(host.kernel(), host.bpffs_root(), iface)
+    }
+
+    fn write(&self, host: &Host, iface: &str, value: &str) -> io::Result<()> {
+        write_program(host.kernel(), host.bpffs_root(), iface, value)
+    }
+
+    fn same_value(&self, a: &str, b: &str) -> bool {
+        same_program(a, b)
+    }
+}
 
 /// The most prefixes one interface's blocklist holds (per address family: the maps' size).
 pub const MAX_PREFIXES: usize = 4096;
@@ -395,7 +432,7 @@ pub fn parse_prefixes<'a>(texts: impl IntoIterator<Item = &'a str>) -> Result<Ve
 pub fn same_program(a: &str, b: &str) -> bool {
     match (a.parse::<ProgramValue>(), b.parse::<ProgramValue>()) {
         (Ok(x), Ok(y)) => x.same(y),
-        _ => super::same_value(a, b),
+        _ => same_value(a, b),
     }
 }
 
@@ -403,7 +440,7 @@ pub fn same_program(a: &str, b: &str) -> bool {
 pub fn same_blocklist(a: &str, b: &str) -> bool {
     match (a.parse::<Blocklist>(), b.parse::<Blocklist>()) {
         (Ok(x), Ok(y)) => x == y,
-        _ => super::same_value(a, b),
+        _ => same_value(a, b),
     }
 }
 

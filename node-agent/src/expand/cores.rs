@@ -12,9 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use hoststack_crds::{InterfaceFacts, StackBackend, UserspaceStack};
 
 use crate::appliers::irq::QueueIrq;
-use crate::appliers::{Host, Kind, Reading, Refusal, Setting};
+use crate::appliers::Host;
 use crate::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use crate::journal::Journal;
+use crate::model::{Kind, Reading, Refusal, Setting};
 use crate::transaction::TargetValues;
 
 /// The item kind of refusals about the user-space stack.

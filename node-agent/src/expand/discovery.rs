@@ -9,8 +9,9 @@ use hoststack_crds::{HostFacts, InterfaceFacts};
 
 use super::cores::CoreFacts;
 use crate::appliers::irq::{self, QueueIrq};
-use crate::appliers::{dpdk, nic, Host, Kind};
+use crate::appliers::{dpdk, nic, Host};
 use crate::journal::Journal;
+use crate::model::Kind;
 
 /// What the plan steps need to know of the host.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -13,11 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hoststack_crds::{ItemResult, ItemState, NodeConfig};
 
-use crate::appliers::{
-    dpdk, firewall, hugepages, irq, matching, nic, rps, xdp, Refusal, Setting, Wants,
-};
+use crate::appliers::{applier, dpdk, firewall, hugepages, irq, matching, nic, rps, xdp};
 use crate::cpus::parse_list;
 use crate::journal::Applied;
+use crate::model::{Refusal, Setting, Wants};
 use crate::transaction::{Goal, TargetValues};
 use cores::dedicate;
 pub use discovery::Discovery;
@@ -187,7 +186,7 @@ fn merge(wants: Wants) -> (TargetValues, Vec<Refusal>) {
     let mut clashing: BTreeSet<Setting> = BTreeSet::new();
     for (setting, value) in wants.settings {
         match values.get(&setting) {
-            Some(v) if !setting.kind.same_value(v, &value) => {
+            Some(v) if !applier(setting.kind).same_value(v, &value) => {
                 refused.push(Refusal {
                     kind: setting.kind.as_str().into(),
                     target: setting.target.clone(),
@@ -222,7 +221,7 @@ mod tests {
     use super::cores::CoreFacts;
     use super::*;
     use crate::appliers::irq::QueueIrq;
-    use crate::appliers::Kind;
+    use crate::model::Kind;
 
     fn revision() -> Applied {
         Applied {

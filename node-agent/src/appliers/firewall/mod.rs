@@ -21,7 +21,8 @@ use std::net::IpAddr;
 
 use hoststack_crds::Firewall;
 
-use super::{Kernel, Kind, Reading, Setting, Wants};
+use super::{Applier, Host, Kernel};
+use crate::model::{invalid, Kind, Reading, Setting, Wants};
 
 pub mod attr;
 pub mod expr;
@@ -31,6 +32,20 @@ pub mod ruleset;
 
 pub use layout::Observed;
 pub use ruleset::Ruleset;
+
+/// The applier of [`Kind::Nftables`].
+#[derive(Clone, Copy, Debug)]
+pub struct Table;
+
+impl Applier for Table {
+    fn read(&self, host: &Host, target: &str) -> Reading {
+        read(host.kernel(), target)
+    }
+
+    fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
+        write(host.kernel(), target, value)
+    }
+}
 
 /// The setting's target: family and name of the table.
 pub const TARGET: &str = "inet/hoststack";
@@ -98,14 +113,14 @@ pub fn read(kernel: &dyn Kernel, target: &str) -> Reading {
 /// refused.
 pub fn write(kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
     if target != TARGET {
-        return Err(super::invalid(format!(
+        return Err(invalid(format!(
             "{target}: hoststack manages only {TARGET}"
         )));
     }
     if value.trim() == ABSENT {
         return kernel.delete_nft_table();
     }
-    let ruleset = Ruleset::parse(value.trim()).map_err(super::invalid)?;
+    let ruleset = Ruleset::parse(value.trim()).map_err(invalid)?;
     kernel.replace_nft_table(&ruleset)
 }
 
