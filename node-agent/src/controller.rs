@@ -32,11 +32,11 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::block_in_place;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::appliers::Host;
 use crate::config::Config;
 use crate::dataplane::{self, backoff::Backoff, Supervisor};
 use crate::exporter::{Exporter, NodeInfoLabels};
 use crate::health::{Ended, Sampler, Snapshot};
+use crate::host::Host;
 use crate::journal::JournalStore;
 use crate::reconciler::{Intent, Next, Reconciler};
 use crate::report::{self, StatusInput};

@@ -478,7 +478,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let r = Reconciler::new(
             Transactor::new(
-                crate::appliers::Host::new(dir.path(), dir.path()),
+                crate::host::Host::new(dir.path(), dir.path()),
                 crate::journal::JournalStore::new(dir.path()),
             ),
             Duration::ZERO,
@@ -507,7 +507,7 @@ mod tests {
         std::fs::write(&sack, "1\n").unwrap();
         let r = Reconciler::new(
             Transactor::new(
-                crate::appliers::Host::new(proc_root.path(), proc_root.path()),
+                crate::host::Host::new(proc_root.path(), proc_root.path()),
                 crate::journal::JournalStore::new(state.path()),
             ),
             Duration::ZERO,
@@ -556,7 +556,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let r = Reconciler::new(
             Transactor::new(
-                crate::appliers::Host::new(dir.path(), dir.path()),
+                crate::host::Host::new(dir.path(), dir.path()),
                 crate::journal::JournalStore::new(dir.path()),
             ),
             Duration::ZERO,

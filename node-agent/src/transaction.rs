@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hoststack_crds::{ItemResult, ItemState, NodeState};
 
-use crate::appliers::{applier, Host};
+use crate::appliers::{self, applier};
+use crate::host::Host;
 use crate::journal::{Applied, Entry, InFlight, Journal, JournalStore};
 use crate::model::{Reading, Setting};
 use crate::{Error, Result};
@@ -272,7 +273,7 @@ impl Transactor {
         let readings = settings_to_read(&goal.values, &journal.originals)
             .into_iter()
             .map(|s| {
-                let reading = self.host.read(&s);
+                let reading = appliers::read(&self.host, &s);
                 (s, reading)
             })
             .collect();
@@ -328,7 +329,7 @@ impl Transactor {
 
         let mut actual: BTreeMap<Setting, String> = BTreeMap::new();
         for (i, write) in plan.writes.iter().enumerate() {
-            let written = self.host.write(&write.setting, &write.value);
+            let written = appliers::write(&self.host, &write.setting, &write.value);
             after_write();
             let result = written
                 .map_err(|e| format!("the kernel refused {:?}: {e}", write.value))
@@ -417,7 +418,7 @@ impl Transactor {
 
     /// Reads a setting back after writing `value`; the value read when it matches.
     fn verify(&self, setting: &Setting, value: &str) -> Result<String, String> {
-        match self.host.read(setting) {
+        match appliers::read(&self.host, setting) {
             Reading::Value(v) if applier(setting.kind).same_value(&v, value) => Ok(v),
             Reading::Value(v) => Err(applier(setting.kind).mismatch(value, &v)),
             Reading::Missing(reason) | Reading::Unreadable(reason) => Err(reason),
@@ -430,12 +431,12 @@ impl Transactor {
         let mut first_error = None;
         for entry in entries.iter().rev() {
             let setting = entry.setting();
-            match self.host.read(&setting) {
+            match appliers::read(&self.host, &setting) {
                 Reading::Value(v) if v == entry.value => continue,
                 Reading::Missing(_) => continue,
                 Reading::Value(_) | Reading::Unreadable(_) => {}
             }
-            let written = self.host.write(&setting, &entry.value);
+            let written = appliers::write(&self.host, &setting, &entry.value);
             after_write();
             let result = written
                 .map_err(|e| e.to_string())

@@ -9,11 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hoststack_agent::appliers::Host;
 use hoststack_agent::dataplane::backoff::Backoff;
 use hoststack_agent::dataplane::runner_config::translate;
 use hoststack_agent::dataplane::{Supervisor, Wanted};
 use hoststack_agent::exporter::{Exporter, Format};
+use hoststack_agent::host::Host;
 use hoststack_crds::{ServiceKind, StackBackend, StackService, UserspaceStack};
 
 /// A runner that serves until SIGTERM: writes `running` stats, and `stopped` on SIGTERM.

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hoststack_agent::appliers::Host;
+use hoststack_agent::host::Host;
 use hoststack_agent::journal::{Entry, Journal, JournalStore};
 use hoststack_agent::model::Setting;
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};

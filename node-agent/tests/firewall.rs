@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hoststack_agent::appliers::firewall::{self, Observed, Ruleset};
-use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
+use hoststack_agent::appliers::firewall;
+use hoststack_agent::host::files::write_existing;
+use hoststack_agent::host::nftables::{Observed, Ruleset};
+use hoststack_agent::host::{Files, Host, Nftables, Roots};
 use hoststack_agent::journal::{Applied, JournalStore};
 use hoststack_agent::model::Setting;
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
@@ -30,7 +32,8 @@ enum Table {
     Theirs,
 }
 
-/// A kernel whose sysctls are files and whose nftables is a value in memory.
+/// Files and nftables ports of a host whose sysctls are files and whose nftables is a value in
+/// memory.
 #[derive(Debug)]
 struct FakeKernel {
     table: Arc<Mutex<Table>>,
@@ -51,21 +54,15 @@ impl FakeKernel {
     }
 }
 
-impl Kernel for FakeKernel {
+impl Files for FakeKernel {
     fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         self.call();
         write_existing(path, bytes)
     }
+}
 
-    fn mount_hugetlbfs(&self, _: &Path, _: &str) -> io::Result<()> {
-        unreachable!("these tests mount nothing")
-    }
-
-    fn unmount(&self, _: &Path) -> io::Result<()> {
-        unreachable!("these tests mount nothing")
-    }
-
-    fn read_nft_table(&self) -> io::Result<Observed> {
+impl Nftables for FakeKernel {
+    fn read_table(&self) -> io::Result<Observed> {
         Ok(match &*self.table.lock().unwrap() {
             Table::Absent => Observed::Absent,
             Table::Ours(r) => Observed::Ours(r.clone()),
@@ -73,7 +70,7 @@ impl Kernel for FakeKernel {
         })
     }
 
-    fn replace_nft_table(&self, ruleset: &Ruleset) -> io::Result<()> {
+    fn replace_table(&self, ruleset: &Ruleset) -> io::Result<()> {
         self.call();
         if self.replace_errno != 0 {
             return Err(io::Error::from_raw_os_error(self.replace_errno));
@@ -86,7 +83,7 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    fn delete_nft_table(&self) -> io::Result<()> {
+    fn delete_table(&self) -> io::Result<()> {
         self.call();
         let mut table = self.table.lock().unwrap();
         if *table == Table::Theirs {
@@ -141,7 +138,9 @@ impl FakeNode {
     fn transactor_with(&self, kernel: Arc<FakeKernel>) -> Transactor {
         let roots = Roots::new(self.proc_dir.path(), self.proc_dir.path());
         Transactor::new(
-            Host::with_kernel(roots, kernel),
+            Host::at(roots)
+                .with_files(kernel.clone())
+                .with_nftables(kernel),
             JournalStore::new(self.state.path()),
         )
     }

@@ -19,9 +19,10 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hoststack_agent::appliers::firewall::{self, netlink};
-use hoststack_agent::appliers::Host;
+use hoststack_agent::appliers::{self, firewall};
 use hoststack_agent::exporter::Exporter;
+use hoststack_agent::host::nftables::netlink;
+use hoststack_agent::host::Host;
 use hoststack_agent::journal::{Applied, JournalStore};
 use hoststack_agent::model::{Reading, Setting};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
@@ -197,7 +198,7 @@ fn connects(addr: Ipv4Addr, port: u16) -> bool {
 }
 
 fn read(host: &Host) -> Reading {
-    host.read(&firewall::setting())
+    appliers::read(host, &firewall::setting())
 }
 
 fn drops(rule: &str) -> (u64, u64) {
@@ -401,13 +402,16 @@ fn in_fresh_namespace() {
     // write, and is left as it is.
     nft(&["add", "table", "inet", "hoststack"]);
     let theirs = nft(&["list", "table", "inet", "hoststack"]);
-    let sack = host.read(&Setting::sysctl("net.ipv4.tcp_sack"));
+    let sack = appliers::read(&host, &Setting::sysctl("net.ipv4.tcp_sack"));
     let refused = run(&goal("a", A));
     assert_eq!(refused.state, NodeState::Failed, "{refused:#?}");
     let message = refused.message.unwrap_or_default();
     assert!(message.contains("hoststack did not make it"), "{message}");
     assert_eq!(nft(&["list", "table", "inet", "hoststack"]), theirs);
-    assert_eq!(host.read(&Setting::sysctl("net.ipv4.tcp_sack")), sack);
+    assert_eq!(
+        appliers::read(&host, &Setting::sysctl("net.ipv4.tcp_sack")),
+        sack
+    );
     assert!(netlink::delete().is_err(), "the kernel call refuses it too");
     assert!(netlink::drop_counters().expect("list").is_empty());
 }

@@ -26,8 +26,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
+use hoststack_agent::appliers;
 use hoststack_agent::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
+use hoststack_agent::host::files::write_existing;
+use hoststack_agent::host::{Files, Host, Mounts, Roots};
 use hoststack_agent::journal::{Journal, JournalStore};
 use hoststack_agent::model::{Kind, Reading};
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};
@@ -44,7 +46,8 @@ const CPUS: u32 = 4;
 /// Most hugepages of one pool the fake kernel can allocate.
 const HUGEPAGE_LIMIT: u64 = 1000;
 
-/// A kernel for the fake tree: what sysfs and procfs do with writes.
+/// The files and mounts ports of the fake tree: what sysfs and procfs do with writes, and
+/// hugetlbfs mounts recorded in mountinfo.
 #[derive(Debug)]
 struct FakeKernel {
     sys: PathBuf,
@@ -85,7 +88,7 @@ impl FakeKernel {
     }
 }
 
-impl Kernel for FakeKernel {
+impl Files for FakeKernel {
     fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         self.call();
         let text = String::from_utf8_lossy(bytes).trim().to_string();
@@ -161,7 +164,9 @@ impl Kernel for FakeKernel {
             _ => write_existing(path, bytes),
         }
     }
+}
 
+impl Mounts for FakeKernel {
     fn mount_hugetlbfs(&self, dir: &Path, pagesize: &str) -> io::Result<()> {
         self.call();
         self.mount_calls
@@ -392,7 +397,10 @@ impl FakeNode {
             sys_root: self.sys(),
             fs_root: self.fs(),
         };
-        Host::with_kernel(roots, Arc::new(kernel))
+        let kernel = Arc::new(kernel);
+        Host::at(roots)
+            .with_files(kernel.clone())
+            .with_mounts(kernel)
     }
 
     fn transactor(&self) -> Transactor {
@@ -460,7 +468,8 @@ impl FakeNode {
             .into_iter()
             .chain(released)
             .filter(|(s, value)| {
-                s.kind == Kind::Hugetlbfs && host.read(s) == Reading::Value(value.clone())
+                s.kind == Kind::Hugetlbfs
+                    && appliers::read(&host, s) == Reading::Value(value.clone())
             })
             .map(|(s, _)| self.fs().join(s.target.trim_start_matches('/')))
             .collect()

@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hoststack_agent::appliers::nic::{ChannelCounts, ChannelInfo, Features, RingInfo, RingSizes};
-use hoststack_agent::appliers::{write_existing, Host, Kernel, Roots};
+use hoststack_agent::host::ethtool::{ChannelCounts, ChannelInfo, Features, RingInfo, RingSizes};
+use hoststack_agent::host::files::write_existing;
+use hoststack_agent::host::{Ethtool, Files, Host, Roots, Rtnetlink};
 use hoststack_agent::journal::JournalStore;
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Outcome, Transactor};
@@ -38,6 +39,8 @@ struct Nic {
     features: Features,
     mtu: u32,
     max_mtu: u32,
+    /// Administratively up.
+    up: bool,
 }
 
 /// The NICs of the fake host, shared by every agent (kernel) that runs on it.
@@ -47,8 +50,8 @@ fn errno(code: i32) -> io::Error {
     io::Error::from_raw_os_error(code)
 }
 
-/// A fake kernel over the shared NICs; it "dies" (SIGKILL) just before its `kill_at`th
-/// netlink call (1-based; 0: never).
+/// Fake files, ethtool and rtnetlink ports over the shared NICs; they "die" (SIGKILL) just
+/// before the `kill_at`th netlink call (1-based; 0: never).
 #[derive(Debug)]
 struct FakeKernel {
     nics: Nics,
@@ -82,24 +85,18 @@ fn count(value: Option<u32>, max: u32, slot: &mut u32) -> io::Result<()> {
     }
 }
 
-impl Kernel for FakeKernel {
+impl Files for FakeKernel {
     fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         write_existing(path, bytes)
     }
+}
 
-    fn mount_hugetlbfs(&self, _dir: &Path, _pagesize: &str) -> io::Result<()> {
-        Err(io::ErrorKind::Unsupported.into())
-    }
-
-    fn unmount(&self, _dir: &Path) -> io::Result<()> {
-        Err(io::ErrorKind::Unsupported.into())
-    }
-
-    fn nic_channels(&self, iface: &str) -> io::Result<ChannelInfo> {
+impl Ethtool for FakeKernel {
+    fn channels(&self, iface: &str) -> io::Result<ChannelInfo> {
         self.call(iface, |n| Ok(n.channels))
     }
 
-    fn set_nic_channels(&self, iface: &str, c: &ChannelCounts) -> io::Result<()> {
+    fn set_channels(&self, iface: &str, c: &ChannelCounts) -> io::Result<()> {
         self.call(iface, |n| {
             let mut next = n.channels;
             count(c.rx, next.rx_max, &mut next.rx)?;
@@ -113,11 +110,11 @@ impl Kernel for FakeKernel {
         })
     }
 
-    fn nic_rings(&self, iface: &str) -> io::Result<RingInfo> {
+    fn rings(&self, iface: &str) -> io::Result<RingInfo> {
         self.call(iface, |n| n.rings.ok_or_else(|| errno(libc::EOPNOTSUPP)))
     }
 
-    fn set_nic_rings(&self, iface: &str, s: &RingSizes) -> io::Result<()> {
+    fn set_rings(&self, iface: &str, s: &RingSizes) -> io::Result<()> {
         self.call(iface, |n| {
             let mut rings = n.rings.ok_or_else(|| errno(libc::EOPNOTSUPP))?;
             count(s.rx, rings.rx_max, &mut rings.rx)?;
@@ -127,11 +124,11 @@ impl Kernel for FakeKernel {
         })
     }
 
-    fn nic_features(&self, iface: &str) -> io::Result<Features> {
+    fn features(&self, iface: &str) -> io::Result<Features> {
         self.call(iface, |n| Ok(n.features.clone()))
     }
 
-    fn set_nic_features(&self, iface: &str, wanted: &BTreeMap<String, bool>) -> io::Result<()> {
+    fn set_features(&self, iface: &str, wanted: &BTreeMap<String, bool>) -> io::Result<()> {
         self.call(iface, |n| {
             let f = &mut n.features;
             for (name, on) in wanted {
@@ -150,7 +147,9 @@ impl Kernel for FakeKernel {
             Ok(())
         })
     }
+}
 
+impl Rtnetlink for FakeKernel {
     fn mtu(&self, iface: &str) -> io::Result<u32> {
         self.call(iface, |n| Ok(n.mtu))
     }
@@ -161,6 +160,17 @@ impl Kernel for FakeKernel {
                 return Err(errno(libc::EINVAL));
             }
             n.mtu = mtu;
+            Ok(())
+        })
+    }
+
+    fn link_up(&self, iface: &str) -> io::Result<bool> {
+        self.call(iface, |n| Ok(n.up))
+    }
+
+    fn set_link_up(&self, iface: &str, up: bool) -> io::Result<()> {
+        self.call(iface, |n| {
+            n.up = up;
             Ok(())
         })
     }
@@ -217,6 +227,7 @@ fn nics() -> BTreeMap<String, Nic> {
         },
         mtu: 1500,
         max_mtu: 9216,
+        up: true,
     };
     let veth0 = Nic {
         channels: ChannelInfo {
@@ -246,6 +257,7 @@ fn nics() -> BTreeMap<String, Nic> {
         },
         mtu: 1500,
         max_mtu: 65535,
+        up: true,
     };
     [("eth0".to_string(), eth0), ("veth0".to_string(), veth0)].into()
 }
@@ -291,7 +303,10 @@ impl FakeNode {
 
     fn host(&self, kernel: Arc<FakeKernel>) -> Host {
         let roots = Roots::new(&self.dir.path().join("proc"), &self.sys());
-        Host::with_kernel(roots, kernel)
+        Host::at(roots)
+            .with_files(kernel.clone())
+            .with_ethtool(kernel.clone())
+            .with_rtnetlink(kernel)
     }
 
     fn transactor_with(&self, kernel: Arc<FakeKernel>) -> Transactor {

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use hoststack_agent::appliers::Host;
+use hoststack_agent::host::Host;
 use hoststack_agent::journal::JournalStore;
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};
 use hoststack_agent::transaction::{Outcome, Transactor};

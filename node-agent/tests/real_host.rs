@@ -5,10 +5,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use hoststack_agent::appliers::{Host, Kernel, RealKernel, Roots};
 use hoststack_agent::cpus::{format_list, parse_list};
+use hoststack_agent::host::{Host, Mounts, RealKernel, Roots};
 use hoststack_agent::journal::{Applied, JournalStore};
 use hoststack_agent::model::{Kind, Setting};
 use hoststack_agent::transaction::{Goal, Transactor};
@@ -114,10 +113,7 @@ fn real_hugepages_irq_affinity_and_hugetlbfs_apply_and_revert() {
     }
 
     let state = tempfile::tempdir().expect("tempdir");
-    let host = Host::with_kernel(
-        Roots::new(Path::new("/proc"), Path::new("/sys")),
-        Arc::new(RealKernel),
-    );
+    let host = Host::running(Roots::new(Path::new("/proc"), Path::new("/sys")));
     let transactor = Transactor::new(host, JournalStore::new(state.path()));
     let mut goal = Goal {
         target: Some(Applied {

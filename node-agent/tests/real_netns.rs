@@ -6,7 +6,8 @@
 
 mod netns;
 
-use hoststack_agent::appliers::Host;
+use hoststack_agent::appliers;
+use hoststack_agent::host::Host;
 use hoststack_agent::journal::{Applied, JournalStore};
 use hoststack_agent::model::{Reading, Setting};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
@@ -25,7 +26,7 @@ fn real_sysctls_in_a_fresh_network_namespace() {
 }
 
 fn read(host: &Host, key: &str) -> String {
-    match host.read(&Setting::sysctl(key)) {
+    match appliers::read(host, &Setting::sysctl(key)) {
         Reading::Value(v) => v,
         other => panic!("{key}: {other:?}"),
     }

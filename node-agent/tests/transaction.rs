@@ -12,7 +12,7 @@ use std::panic;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hoststack_agent::appliers::Host;
+use hoststack_agent::host::Host;
 use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
 use hoststack_agent::model::{same_value, Setting};
 use hoststack_agent::reconciler::{Intent, Next, Reconciler};

@@ -19,11 +19,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hoststack_agent::appliers::xdp::{
+use hoststack_agent::appliers::dpdk;
+use hoststack_agent::expand::{expand, Discovery};
+use hoststack_agent::host::bpf::{
     AttachMode, AttachedProgram, Blocklist, Pins, Prefix, Program, XdpState,
 };
-use hoststack_agent::appliers::{dpdk, Host, Kernel, Roots};
-use hoststack_agent::expand::{expand, Discovery};
+use hoststack_agent::host::{Bpf, Host, Roots};
 use hoststack_agent::journal::{Applied, JournalStore};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
@@ -73,6 +74,7 @@ impl State {
     }
 }
 
+/// The bpf port of the fake host.
 #[derive(Debug)]
 struct FakeKernel {
     state: Arc<Mutex<State>>,
@@ -104,20 +106,8 @@ fn exists(s: &State, iface: &str) -> io::Result<()> {
     }
 }
 
-impl Kernel for FakeKernel {
-    fn write(&self, _: &Path, _: &[u8]) -> io::Result<()> {
-        Err(io::ErrorKind::Unsupported.into())
-    }
-
-    fn mount_hugetlbfs(&self, _: &Path, _: &str) -> io::Result<()> {
-        Err(io::ErrorKind::Unsupported.into())
-    }
-
-    fn unmount(&self, _: &Path) -> io::Result<()> {
-        Err(io::ErrorKind::Unsupported.into())
-    }
-
-    fn xdp_query(&self, iface: &str, pins: &Pins) -> io::Result<XdpState> {
+impl Bpf for FakeKernel {
+    fn query_hook(&self, iface: &str, pins: &Pins) -> io::Result<XdpState> {
         let s = self.state(false);
         Ok(XdpState {
             interface_gone: exists(&s, iface).is_err(),
@@ -127,7 +117,7 @@ impl Kernel for FakeKernel {
         })
     }
 
-    fn xdp_attach(
+    fn attach(
         &self,
         iface: &str,
         pins: &Pins,
@@ -163,7 +153,7 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    fn xdp_replace(&self, pins: &Pins, program: Program) -> io::Result<()> {
+    fn replace(&self, pins: &Pins, program: Program) -> io::Result<()> {
         let mut s = self.state(true);
         let Some((iface, old)) = s.links.get(&pins.link()).cloned() else {
             return Err(io::Error::new(io::ErrorKind::NotFound, "no pinned link"));
@@ -185,7 +175,7 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    fn xdp_detach(&self, pins: &Pins) -> io::Result<()> {
+    fn detach(&self, pins: &Pins) -> io::Result<()> {
         let mut s = self.state(true);
         s.ops.push("detach");
         s.programs.remove(&pins.program());
@@ -197,7 +187,7 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    fn xdp_blocklist(&self, pins: &Pins) -> io::Result<Blocklist> {
+    fn blocklist(&self, pins: &Pins) -> io::Result<Blocklist> {
         let s = self.state(false);
         let present = Pins::MAPS
             .iter()
@@ -217,7 +207,7 @@ impl Kernel for FakeKernel {
         })
     }
 
-    fn xdp_set_blocklist(&self, pins: &Pins, prefixes: &[Prefix]) -> io::Result<()> {
+    fn set_blocklist(&self, pins: &Pins, prefixes: &[Prefix]) -> io::Result<()> {
         let mut s = self.state(true);
         let v4 = prefixes.iter().filter(|p| p.addr().is_ipv4()).copied();
         let v6 = prefixes.iter().filter(|p| p.addr().is_ipv6()).copied();
@@ -228,7 +218,7 @@ impl Kernel for FakeKernel {
         Ok(())
     }
 
-    fn xdp_unpin_blocklist(&self, pins: &Pins) -> io::Result<()> {
+    fn unpin_blocklist(&self, pins: &Pins) -> io::Result<()> {
         let mut s = self.state(true);
         for m in Pins::MAPS {
             s.maps.remove(&pins.map(m));
@@ -275,7 +265,9 @@ impl Node {
 
     fn transactor_with(&self, kernel: Arc<FakeKernel>) -> Transactor {
         let roots = Roots::new(self.journal.path(), self.journal.path());
-        let host = Host::with_kernel(roots, kernel).with_bpffs_root(Path::new("/bpf/hs"));
+        let host = Host::at(roots)
+            .with_bpf(kernel)
+            .with_bpffs_root(Path::new("/bpf/hs"));
         Transactor::new(host, JournalStore::new(self.journal.path()))
     }
 

@@ -28,9 +28,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use hoststack_agent::appliers::xdp::{self, Pins};
-use hoststack_agent::appliers::{Host, Kernel, RealKernel};
+use hoststack_agent::appliers;
 use hoststack_agent::exporter::Exporter;
+use hoststack_agent::host::bpf::{objects, Pins, Program};
+use hoststack_agent::host::{Bpf, Host, RealKernel};
 use hoststack_agent::journal::{Applied, JournalStore};
 use hoststack_agent::model::{Kind, Reading, Setting};
 use hoststack_agent::transaction::{Goal, Outcome, TargetValues, Transactor};
@@ -191,7 +192,7 @@ fn goal(revision: &str, prefixes: &str) -> Goal {
 }
 
 fn read(kind: Kind, iface: &str) -> String {
-    match host().read(&Setting::new(kind, iface)) {
+    match appliers::read(&host(), &Setting::new(kind, iface)) {
         Reading::Value(v) => v,
         other => panic!("{iface}: {other:?}"),
     }
@@ -204,7 +205,7 @@ fn run(t: &Transactor, g: &Goal) -> Outcome {
 /// The program attached to `iface` (id), as the kernel says.
 fn attached_id(iface: &str) -> Option<u32> {
     let state = RealKernel
-        .xdp_query(iface, &Pins::new(Path::new(ROOT), iface))
+        .query_hook(iface, &Pins::new(Path::new(ROOT), iface))
         .expect("query");
     state.attached.first().map(|p| p.id)
 }
@@ -306,7 +307,7 @@ fn in_namespaces() {
 
     // The per-CPU counters counted the drops: one ping, at least one SYN.
     let pins = Pins::new(Path::new(ROOT), "xdp0");
-    let (packets, bytes) = xdp::real::drops(&pins).expect("counters");
+    let (packets, bytes) = objects::drops(&pins).expect("counters");
     assert!(packets >= 2, "{packets} drops counted");
     assert!(bytes >= packets * 42, "{bytes} bytes for {packets} packets");
     let metrics = Exporter::new(Path::new("/proc"))
@@ -326,7 +327,7 @@ fn in_namespaces() {
         .output()
         .expect("ping");
     assert!(!flood.status.success(), "no answer to the blocked source");
-    let (more, more_bytes) = xdp::real::drops(&pins).expect("counters");
+    let (more, more_bytes) = objects::drops(&pins).expect("counters");
     assert_eq!((more - packets, more_bytes - bytes), (20, 20 * 98));
 
     // A restarted agent picks the pins up and changes nothing.
@@ -396,7 +397,7 @@ fn in_namespaces() {
 
     // A program someone else attached (here with iproute2) is refused, not replaced.
     let object = state.path().join("pass.o");
-    std::fs::write(&object, xdp::Program::Pass.object()).expect("write the object");
+    std::fs::write(&object, Program::Pass.object()).expect("write the object");
     sh(&["ip", "link", "add", "gen1", "type", "bridge"]);
     let object_path = object.display().to_string();
     sh(&[

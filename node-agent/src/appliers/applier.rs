@@ -3,12 +3,16 @@
 
 use std::io;
 
-use super::Host;
+use crate::host::{Host, Port};
 use crate::model::{same_value, Reading};
 
 /// How the settings of one kind are read, written and compared. Values are strings as the
 /// kernel prints them (without the trailing newline), so the journal keeps them as read.
 pub trait Applier: Sync {
+    /// The host ports its reads and writes go through. A host without one of them refuses the
+    /// kind before the applier runs ([`super::read()`], [`super::write()`]).
+    fn ports(&self) -> &'static [Port];
+
     /// Reads the setting named `target` from `host`.
     fn read(&self, host: &Host, target: &str) -> Reading;
 

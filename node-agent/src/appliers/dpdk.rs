@@ -27,8 +27,9 @@ use std::path::{Path, PathBuf};
 
 use hoststack_crds::{DpdkBinding, DpdkDriver, InterfaceFacts};
 
-use super::nic::{ChannelCounts, ChannelInfo};
-use super::{Applier, Host, Kernel, Roots};
+use super::Applier;
+use crate::host::ethtool::{ChannelCounts, ChannelInfo};
+use crate::host::{Host, Port, Roots};
 use crate::model::{invalid, Kind, Reading, Setting, Wants};
 use crate::sysfs::{dir_names, is_pci_address, link_name, plain_name};
 
@@ -37,12 +38,18 @@ use crate::sysfs::{dir_names, is_pci_address, link_name, plain_name};
 pub struct PciDriver;
 
 impl Applier for PciDriver {
+    /// The binding itself needs only sysfs writes; the netdev settings a value carries are read
+    /// through the ethtool and rtnetlink ports where the host has them (see [`NetdevSettings`]).
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Files]
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
-        read(host.roots(), host.kernel(), target)
+        read(host, target)
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.roots(), host.kernel(), target, value)
+        write(host, target, value)
     }
 }
 
@@ -93,16 +100,18 @@ pub struct NetdevSettings {
 }
 
 impl NetdevSettings {
-    /// Reads the settings of `iface` through `kernel`; one that cannot be read is not recorded,
-    /// and channel types the driver does not have (maximum 0) are left out.
-    pub fn read(kernel: &dyn Kernel, iface: &str) -> Self {
-        let channels = kernel.nic_channels(iface).ok();
+    /// Reads the settings of `iface` through the host's ethtool and rtnetlink ports; one that
+    /// cannot be read (or that the host has no port for) is not recorded, and channel types the
+    /// driver does not have (maximum 0) are left out.
+    pub fn read(host: &Host, iface: &str) -> Self {
+        let channels = host.ethtool().ok().and_then(|e| e.channels(iface).ok());
+        let links = host.rtnetlink().ok();
         let count = |max: fn(&ChannelInfo) -> u32, now: fn(&ChannelInfo) -> u32| {
             channels.filter(|c| max(c) > 0).map(|c| now(&c))
         };
         NetdevSettings {
-            up: kernel.link_up(iface).ok(),
-            mtu: kernel.mtu(iface).ok(),
+            up: links.and_then(|l| l.link_up(iface).ok()),
+            mtu: links.and_then(|l| l.mtu(iface).ok()),
             combined: count(|c| c.combined_max, |c| c.combined),
             rx: count(|c| c.rx_max, |c| c.rx),
             tx: count(|c| c.tx_max, |c| c.tx),
@@ -129,9 +138,9 @@ impl NetdevSettings {
     }
 
     /// Sets these settings on `iface`: MTU, then channels, then the link state last.
-    fn apply(&self, kernel: &dyn Kernel, iface: &str) -> io::Result<()> {
+    fn apply(&self, host: &Host, iface: &str) -> io::Result<()> {
         if let Some(mtu) = self.mtu {
-            kernel.set_mtu(iface, mtu)?;
+            host.rtnetlink()?.set_mtu(iface, mtu)?;
         }
         let counts = ChannelCounts {
             rx: self.rx,
@@ -139,10 +148,10 @@ impl NetdevSettings {
             combined: self.combined,
         };
         if counts != ChannelCounts::default() {
-            kernel.set_nic_channels(iface, &counts)?;
+            host.ethtool()?.set_channels(iface, &counts)?;
         }
         if let Some(up) = self.up {
-            kernel.set_link_up(iface, up)?;
+            host.rtnetlink()?.set_link_up(iface, up)?;
         }
         Ok(())
     }
@@ -238,8 +247,8 @@ fn device_dir(roots: &Roots, target: &str) -> Result<(PathBuf, String), String> 
 
 /// Reads a device's driver and override, and the settings of its interface's netdev when it
 /// has one.
-pub fn read(roots: &Roots, kernel: &dyn Kernel, target: &str) -> Reading {
-    let (dev, pci) = match device_dir(roots, target) {
+pub fn read(host: &Host, target: &str) -> Reading {
+    let (dev, pci) = match device_dir(host.roots(), target) {
         Ok(d) => d,
         Err(e) => return Reading::Unreadable(e),
     };
@@ -252,7 +261,7 @@ pub fn read(roots: &Roots, kernel: &dyn Kernel, target: &str) -> Reading {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s != "(null)");
     let netdev = match parse_target(target) {
-        Some((_, iface, _)) if netdev_on(&dev, iface) => NetdevSettings::read(kernel, iface),
+        Some((_, iface, _)) if netdev_on(&dev, iface) => NetdevSettings::read(host, iface),
         _ => NetdevSettings::default(),
     };
     let binding = Binding {
@@ -265,7 +274,9 @@ pub fn read(roots: &Roots, kernel: &dyn Kernel, target: &str) -> Reading {
 
 /// Binds a device as `value` says, then restores the netdev settings it carries (see the
 /// module doc).
-pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
+pub fn write(host: &Host, target: &str, value: &str) -> io::Result<()> {
+    let roots = host.roots();
+    let files = host.files()?;
     let (dev, pci) = device_dir(roots, target).map_err(invalid)?;
     let binding = parse_value(value).ok_or_else(|| {
         invalid(format!(
@@ -274,17 +285,17 @@ pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> i
     })?;
     let driver = binding.driver;
     let current = link_name(&dev.join("driver"));
-    kernel.write(
+    files.write(
         &dev.join("driver_override"),
         format!("{}\n", binding.override_.unwrap_or("")).as_bytes(),
     )?;
     if current.as_deref() != Some(driver) {
         if current.is_some() {
-            kernel.write(&dev.join("driver/unbind"), pci.as_bytes())?;
+            files.write(&dev.join("driver/unbind"), pci.as_bytes())?;
             pause_after_unbind();
         }
         if driver != "none" {
-            kernel.write(
+            files.write(
                 &roots.sys_root.join("bus/pci/drivers_probe"),
                 pci.as_bytes(),
             )?;
@@ -304,8 +315,8 @@ pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> i
     }
     binding
         .netdev
-        .changes_from(&NetdevSettings::read(kernel, iface))
-        .apply(kernel, iface)
+        .changes_from(&NetdevSettings::read(host, iface))
+        .apply(host, iface)
 }
 
 /// Environment variable of the kill tests' hook: a pause (e.g. `30s`) between unbinding a
@@ -528,7 +539,11 @@ pub fn desired(field: &str, iface: &InterfaceFacts, binding: &DpdkBinding, ctx: 
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::host::ethtool::{Features, RingInfo, RingSizes};
+    use crate::host::{Ethtool, Files, Rtnetlink};
 
     const ROUTE: &str =
         "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
@@ -695,9 +710,10 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
     /// The netdev state of the fake NIC: up, MTU, combined channels.
     type Netdev = (bool, u32, u32);
 
-    /// A fake kernel over a fake sysfs with one virtio-net device, 0000:00:03.0, whose netdev
-    /// eth1 sits at `virtio1/net/eth1`: unbinding removes the netdev, probing creates a new one
-    /// with the driver's defaults (down, MTU 1500, 2 of 4 combined channels), like the kernel.
+    /// Fake files, ethtool and rtnetlink ports over a fake sysfs with one virtio-net device,
+    /// 0000:00:03.0, whose netdev eth1 sits at `virtio1/net/eth1`: unbinding removes the netdev,
+    /// probing creates a new one with the driver's defaults (down, MTU 1500, 2 of 4 combined
+    /// channels), like the kernel. Binding touches no ring and no offload feature.
     #[derive(Debug)]
     struct FakeNic {
         sys: PathBuf,
@@ -707,7 +723,7 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
     const DEFAULTS: Netdev = (false, 1500, 2);
 
     impl FakeNic {
-        fn new(sys: &Path, netdev: Netdev) -> Self {
+        fn new(sys: &Path, netdev: Netdev) -> Arc<Self> {
             let nic = FakeNic {
                 sys: sys.to_path_buf(),
                 netdev: std::sync::Mutex::new(None),
@@ -719,7 +735,7 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
             fs::create_dir_all(nic.dev()).expect("device");
             fs::write(nic.dev().join("driver_override"), "(null)\n").expect("override");
             nic.bind("virtio-pci", netdev);
-            nic
+            Arc::new(nic)
         }
 
         fn dev(&self) -> PathBuf {
@@ -747,7 +763,7 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
         }
     }
 
-    impl Kernel for FakeNic {
+    impl Files for FakeNic {
         fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
             let text = String::from_utf8_lossy(bytes).trim().to_string();
             match path.file_name().and_then(|n| n.to_str()) {
@@ -767,25 +783,37 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
                 _ => Err(io::ErrorKind::Unsupported.into()),
             }
         }
-        fn mount_hugetlbfs(&self, _: &Path, _: &str) -> io::Result<()> {
-            Err(io::ErrorKind::Unsupported.into())
-        }
-        fn unmount(&self, _: &Path) -> io::Result<()> {
-            Err(io::ErrorKind::Unsupported.into())
-        }
-        fn nic_channels(&self, iface: &str) -> io::Result<ChannelInfo> {
+    }
+
+    impl Ethtool for FakeNic {
+        fn channels(&self, iface: &str) -> io::Result<ChannelInfo> {
             self.with(iface, |n| ChannelInfo {
                 combined: n.2,
                 combined_max: 4,
                 ..ChannelInfo::default()
             })
         }
-        fn set_nic_channels(&self, iface: &str, counts: &ChannelCounts) -> io::Result<()> {
+        fn set_channels(&self, iface: &str, counts: &ChannelCounts) -> io::Result<()> {
             if counts.rx.is_some() || counts.tx.is_some() {
                 return Err(io::Error::from_raw_os_error(libc::EINVAL));
             }
             self.with(iface, |n| n.2 = counts.combined.unwrap_or(n.2))
         }
+        fn rings(&self, _: &str) -> io::Result<RingInfo> {
+            unreachable!("binding touches no ring")
+        }
+        fn set_rings(&self, _: &str, _: &RingSizes) -> io::Result<()> {
+            unreachable!("binding touches no ring")
+        }
+        fn features(&self, _: &str) -> io::Result<Features> {
+            unreachable!("binding touches no offload feature")
+        }
+        fn set_features(&self, _: &str, _: &BTreeMap<String, bool>) -> io::Result<()> {
+            unreachable!("binding touches no offload feature")
+        }
+    }
+
+    impl Rtnetlink for FakeNic {
         fn mtu(&self, iface: &str) -> io::Result<u32> {
             self.with(iface, |n| n.1)
         }
@@ -802,8 +830,16 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
 
     const TARGET: &str = "0000:00:03.0/eth1/virtio_net";
 
-    fn value_of(roots: &Roots, nic: &FakeNic) -> String {
-        match read(roots, nic, TARGET) {
+    /// The host of the fake NIC's ports.
+    fn host(roots: &Roots, nic: &Arc<FakeNic>) -> Host {
+        Host::at(roots.clone())
+            .with_files(nic.clone())
+            .with_ethtool(nic.clone())
+            .with_rtnetlink(nic.clone())
+    }
+
+    fn value_of(roots: &Roots, nic: &Arc<FakeNic>) -> String {
+        match read(&host(roots, nic), TARGET) {
             Reading::Value(v) => v,
             other => panic!("{other:?}"),
         }
@@ -818,11 +854,11 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
         assert_eq!(original, "driver=virtio-pci up=on mtu=9000 combined=4");
 
         let bound = value("vfio-pci", Some("vfio-pci"));
-        write(&roots, &nic, TARGET, &bound).expect("bind");
+        write(&host(&roots, &nic), TARGET, &bound).expect("bind");
         assert_eq!(value_of(&roots, &nic), bound, "no netdev while bound");
         assert_eq!(*nic.state(), None);
 
-        write(&roots, &nic, TARGET, &original).expect("revert");
+        write(&host(&roots, &nic), TARGET, &original).expect("revert");
         assert_eq!(value_of(&roots, &nic), original, "exact revert");
         assert_eq!(*nic.state(), Some((true, 9000, 4)));
     }
@@ -832,8 +868,13 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
         let dir = tempfile::tempdir().expect("tempdir");
         let roots = Roots::new(&dir.path().join("proc"), &dir.path().join("sys"));
         let nic = FakeNic::new(&roots.sys_root, (true, 9000, 4));
-        write(&roots, &nic, TARGET, &value("vfio-pci", Some("vfio-pci"))).expect("bind");
-        write(&roots, &nic, TARGET, "driver=virtio-pci").expect("revert");
+        write(
+            &host(&roots, &nic),
+            TARGET,
+            &value("vfio-pci", Some("vfio-pci")),
+        )
+        .expect("bind");
+        write(&host(&roots, &nic), TARGET, "driver=virtio-pci").expect("revert");
         assert_eq!(
             *nic.state(),
             Some(DEFAULTS),
@@ -851,8 +892,7 @@ fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000
         let roots = Roots::new(&dir.path().join("proc"), &dir.path().join("sys"));
         let nic = FakeNic::new(&roots.sys_root, (true, 9000, 4));
         let err = write(
-            &roots,
-            &nic,
+            &host(&roots, &nic),
             "0000:00:03.0/eth7/virtio_net",
             "driver=virtio-pci up=on",
         )

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use hoststack_crds::{HugepageReservation, HugepageSize};
 
-use super::{hugetlbfs, Applier, Host, Kernel, Roots};
+use super::{hugetlbfs, Applier};
+use crate::host::{Files, Host, Port, Roots};
 use crate::model::{invalid, read_value, same_number, Kind, Reading, Setting, Wants};
 
 /// The applier of [`Kind::Hugepages`]: counts compare as numbers, and a count that does not read
@@ -21,12 +22,16 @@ use crate::model::{invalid, read_value, same_number, Kind, Reading, Setting, Wan
 pub struct Hugepages;
 
 impl Applier for Hugepages {
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Files]
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
         read(host.roots(), target)
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.roots(), host.kernel(), target, value)
+        write(host.roots(), host.files()?, target, value)
     }
 
     fn same_value(&self, a: &str, b: &str) -> bool {
@@ -110,9 +115,9 @@ pub fn read(roots: &Roots, target: &str) -> Reading {
 }
 
 /// Asks the kernel for `value` pages.
-pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
+pub fn write(roots: &Roots, files: &dyn Files, target: &str, value: &str) -> io::Result<()> {
     let (path, _) = path(roots, target).map_err(invalid)?;
-    kernel.write(&path, format!("{}\n", value.trim()).as_bytes())
+    files.write(&path, format!("{}\n", value.trim()).as_bytes())
 }
 
 /// The pure plan step of the `hugepages` section: one count setting per reservation, and one

@@ -18,7 +18,8 @@ use std::path::{Component, Path};
 
 use hoststack_crds::HugepageSize;
 
-use super::{Applier, Host, Kernel, Roots};
+use super::Applier;
+use crate::host::{Host, Mounts, Port, Roots};
 use crate::model::{invalid, Reading};
 
 /// The applier of [`Kind::Hugetlbfs`](crate::model::Kind::Hugetlbfs).
@@ -26,12 +27,16 @@ use crate::model::{invalid, Reading};
 pub struct Hugetlbfs;
 
 impl Applier for Hugetlbfs {
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Mounts]
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
         read(host.roots(), target)
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.roots(), host.kernel(), target, value)
+        write(host.roots(), host.mounts()?, target, value)
     }
 }
 
@@ -162,7 +167,7 @@ pub fn read(roots: &Roots, target: &str) -> Reading {
 }
 
 /// Makes a mount point hold `value` (see the module doc).
-pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
+pub fn write(roots: &Roots, mounts: &dyn Mounts, target: &str, value: &str) -> io::Result<()> {
     check_mount_path(target).map_err(invalid)?;
     let dir = roots.host_path(target);
     let current = match read(roots, target) {
@@ -174,13 +179,13 @@ pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> i
         return Ok(());
     }
     if current.starts_with("hugetlbfs") {
-        kernel.unmount(&dir)?;
+        mounts.unmount(&dir)?;
     }
     if let Some(pagesize) = value.strip_prefix("hugetlbfs pagesize=") {
         if current == ABSENT {
             fs::create_dir(&dir)?;
         }
-        return kernel.mount_hugetlbfs(&dir, pagesize);
+        return mounts.mount_hugetlbfs(&dir, pagesize);
     }
     if value == ABSENT && dir.is_dir() {
         fs::remove_dir(&dir)?;

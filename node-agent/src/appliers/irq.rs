@@ -15,8 +15,9 @@ use std::path::Path;
 
 use hoststack_crds::{IrqAffinity, IrqPolicy};
 
-use super::{Applier, Host, Kernel, Roots};
+use super::Applier;
 use crate::cpus::{format_list, parse_list};
+use crate::host::{Files, Host, Port, Roots};
 use crate::model::{invalid, read_value, same_value, Kind, Reading, Setting, Wants};
 use crate::sysfs::{dir_names, link_name, plain_name};
 
@@ -25,12 +26,16 @@ use crate::sysfs::{dir_names, link_name, plain_name};
 pub struct Affinity;
 
 impl Applier for Affinity {
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Files]
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
         read(host.roots(), target)
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.roots(), host.kernel(), target, value)
+        write(host.roots(), host.files()?, target, value)
     }
 
     fn same_value(&self, a: &str, b: &str) -> bool {
@@ -155,9 +160,9 @@ pub fn read(roots: &Roots, target: &str) -> Reading {
 }
 
 /// Writes an IRQ's CPU list.
-pub fn write(roots: &Roots, kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
+pub fn write(roots: &Roots, files: &dyn Files, target: &str, value: &str) -> io::Result<()> {
     let p = path(roots, target).map_err(invalid)?;
-    kernel.write(&p, format!("{}\n", value.trim()).as_bytes())
+    files.write(&p, format!("{}\n", value.trim()).as_bytes())
 }
 
 /// The pure plan step of `irqAffinity` for one interface: the CPU list of each queue IRQ.

@@ -1,6 +1,5 @@
-//! NIC settings through netlink: channel counts, offload features and ring sizes through the
-//! ethtool generic-netlink family, the MTU through rtnetlink, in the agent's own network
-//! namespace (no `ethtool` or `ip` process).
+//! NIC settings: channel counts, offload features and ring sizes through the [`Ethtool`] port,
+//! the MTU through the [`Rtnetlink`](crate::host::Rtnetlink) port.
 //!
 //! Settings and their values (strings, like every kind):
 //! - [`Kind::Channels`] `IF/combined`, `IF/rx`, `IF/tx`: a channel count (`ethtool -L`).
@@ -10,9 +9,8 @@
 //! - [`Kind::Ring`] `IF/rx`, `IF/tx`: a ring size (`ethtool -G`).
 //! - [`Kind::Mtu`] `IF`: the MTU in bytes (`ip link set IF mtu N`).
 //!
-//! Reads and writes go through the [`Kernel`]; a driver that does not support a setting answers
-//! with its error (veth has no rings: EOPNOTSUPP), which fails the setting with the kernel's
-//! words and its extended ack message.
+//! A driver that does not support a setting answers with its error (veth has no rings:
+//! EOPNOTSUPP), which fails the setting with the kernel's words and its extended ack message.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -20,13 +18,12 @@ use std::io;
 use hoststack_crds::{InterfaceFacts, InterfaceTuning, NodeConfig};
 
 use super::matching::{self, glob};
-use super::{Applier, Host, Kernel};
+use super::Applier;
+use crate::host::ethtool::{ChannelCounts, ChannelInfo, Features, RingSizes};
+use crate::host::{Ethtool, Host, Port};
 use crate::model::{invalid, Kind, Reading, Setting, Wants};
+use crate::netlink::errno;
 use crate::sysfs::plain_name;
-
-pub mod ethtool;
-pub mod rxfh;
-pub mod socket;
 
 /// The applier of a NIC setting: [`Kind::Channels`], [`Kind::Offload`], [`Kind::Ring`] or
 /// [`Kind::Mtu`].
@@ -34,83 +31,24 @@ pub mod socket;
 pub struct Nic(pub Kind);
 
 impl Applier for Nic {
+    fn ports(&self) -> &'static [Port] {
+        match self.0 {
+            Kind::Mtu => &[Port::Rtnetlink],
+            _ => &[Port::Ethtool],
+        }
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
-        read(host.kernel(), self.0, target)
+        read(host, self.0, target)
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.kernel(), self.0, target, value)
+        write(host, self.0, target, value)
     }
 
     fn same_value(&self, a: &str, b: &str) -> bool {
         same_value(self.0, a, b)
     }
-}
-
-/// Channel counts and their maxima as the driver reports them; 0 means the driver has no
-/// channels of that type (`n/a` in `ethtool -l`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ChannelInfo {
-    /// Receive-only channels in use.
-    pub rx: u32,
-    /// Transmit-only channels in use.
-    pub tx: u32,
-    /// Other (link interrupt) channels in use.
-    pub other: u32,
-    /// Combined channels in use.
-    pub combined: u32,
-    /// Most receive-only channels.
-    pub rx_max: u32,
-    /// Most transmit-only channels.
-    pub tx_max: u32,
-    /// Most other channels.
-    pub other_max: u32,
-    /// Most combined channels.
-    pub combined_max: u32,
-}
-
-/// Channel counts to set; the ones left `None` keep their value.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ChannelCounts {
-    /// Receive-only channels.
-    pub rx: Option<u32>,
-    /// Transmit-only channels.
-    pub tx: Option<u32>,
-    /// Combined channels.
-    pub combined: Option<u32>,
-}
-
-/// Ring sizes and their maxima as the driver reports them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingInfo {
-    /// Receive ring entries.
-    pub rx: u32,
-    /// Transmit ring entries.
-    pub tx: u32,
-    /// Most receive ring entries.
-    pub rx_max: u32,
-    /// Most transmit ring entries.
-    pub tx_max: u32,
-}
-
-/// Ring sizes to set; the ones left `None` keep their value.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RingSizes {
-    /// Receive ring entries.
-    pub rx: Option<u32>,
-    /// Transmit ring entries.
-    pub tx: Option<u32>,
-}
-
-/// An interface's offload features.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Features {
-    /// Every feature name the kernel knows, in bit order.
-    pub known: Vec<String>,
-    /// The features the driver lets change (the others are `[fixed]` in `ethtool -k`).
-    pub changeable: BTreeSet<String>,
-    /// The features that are on.
-    pub active: BTreeSet<String>,
 }
 
 /// ethtool's names for groups of kernel features (`ethtool -k` prints the long ones; `-K`
@@ -227,10 +165,10 @@ fn parse_target(kind: Kind, target: &str) -> Result<(&str, Part<'_>), String> {
 }
 
 /// The current value of a NIC setting as a string.
-fn value(kernel: &dyn Kernel, iface: &str, part: &Part) -> Result<Option<String>, io::Error> {
+fn value(host: &Host, iface: &str, part: &Part) -> Result<Option<String>, io::Error> {
     Ok(match part {
         Part::Channels(which) => {
-            let c = kernel.nic_channels(iface)?;
+            let c = host.ethtool()?.channels(iface)?;
             Some(
                 match *which {
                     "combined" => c.combined,
@@ -241,34 +179,34 @@ fn value(kernel: &dyn Kernel, iface: &str, part: &Part) -> Result<Option<String>
             )
         }
         Part::Offload(name) => {
-            let f = kernel.nic_features(iface)?;
+            let f = host.ethtool()?.features(iface)?;
             f.known
                 .iter()
                 .any(|k| k == name)
                 .then(|| on_off(f.active.contains(*name)).to_string())
         }
         Part::Ring(which) => {
-            let r = kernel.nic_rings(iface)?;
+            let r = host.ethtool()?.rings(iface)?;
             Some(if *which == "rx" { r.rx } else { r.tx }.to_string())
         }
-        Part::Mtu => Some(kernel.mtu(iface)?.to_string()),
+        Part::Mtu => Some(host.rtnetlink()?.mtu(iface)?.to_string()),
     })
 }
 
 /// Reads a NIC setting: `Missing` when the interface (or, for an offload, the feature) does not
 /// exist; `Unreadable` with the driver's answer when it cannot be read (veth rings).
-pub fn read(kernel: &dyn Kernel, kind: Kind, target: &str) -> Reading {
+pub fn read(host: &Host, kind: Kind, target: &str) -> Reading {
     let (iface, part) = match parse_target(kind, target) {
         Ok(t) => t,
         Err(e) => return Reading::Unreadable(e),
     };
-    match value(kernel, iface, &part) {
+    match value(host, iface, &part) {
         Ok(Some(v)) => Reading::Value(v),
         Ok(None) => Reading::Missing(format!(
             "{iface} has no offload feature {:?}: the kernel does not know the name",
             target.split_once('/').map_or(target, |(_, f)| f)
         )),
-        Err(e) if socket::errno(&e) == Some(libc::ENODEV) => {
+        Err(e) if errno(&e) == Some(libc::ENODEV) => {
             Reading::Missing(format!("no such interface on this host: {iface}"))
         }
         Err(e) => Reading::Unreadable(format!("cannot read {} {target}: {e}", kind.as_str())),
@@ -283,8 +221,8 @@ fn number(value: &str) -> io::Result<u32> {
         .map_err(|_| invalid(format!("{value:?} is not a count")))
 }
 
-/// Writes a NIC setting through the kernel.
-pub fn write(kernel: &dyn Kernel, kind: Kind, target: &str, value: &str) -> io::Result<()> {
+/// Writes a NIC setting through the host's ports.
+pub fn write(host: &Host, kind: Kind, target: &str, value: &str) -> io::Result<()> {
     let (iface, part) = parse_target(kind, target).map_err(invalid)?;
     match part {
         Part::Channels(which) => {
@@ -295,12 +233,13 @@ pub fn write(kernel: &dyn Kernel, kind: Kind, target: &str, value: &str) -> io::
                 "rx" => counts.rx = n,
                 _ => counts.tx = n,
             }
-            kernel.set_nic_channels(iface, &counts)
+            host.ethtool()?.set_channels(iface, &counts)
         }
         Part::Offload(name) => {
             let on = parse_on_off(value)
                 .ok_or_else(|| invalid(format!("{value:?} is not on or off")))?;
-            kernel.set_nic_features(iface, &[(name.to_string(), on)].into())
+            host.ethtool()?
+                .set_features(iface, &[(name.to_string(), on)].into())
         }
         Part::Ring(which) => {
             let n = Some(number(value)?);
@@ -309,9 +248,9 @@ pub fn write(kernel: &dyn Kernel, kind: Kind, target: &str, value: &str) -> io::
             } else {
                 RingSizes { rx: None, tx: n }
             };
-            kernel.set_nic_rings(iface, &sizes)
+            host.ethtool()?.set_rings(iface, &sizes)
         }
-        Part::Mtu => kernel.set_mtu(iface, number(value)?),
+        Part::Mtu => host.rtnetlink()?.set_mtu(iface, number(value)?),
     }
 }
 
@@ -325,11 +264,19 @@ pub struct NicFacts {
 }
 
 impl NicFacts {
-    /// Reads the NIC facts of `iface` through `kernel`.
-    pub fn read(kernel: &dyn Kernel, iface: &str) -> Self {
+    /// Reads the NIC facts of `iface` through `ethtool`.
+    pub fn read(ethtool: &dyn Ethtool, iface: &str) -> Self {
         NicFacts {
-            features: kernel.nic_features(iface).map_err(|e| e.to_string()),
-            channels: kernel.nic_channels(iface).map_err(|e| e.to_string()),
+            features: ethtool.features(iface).map_err(|e| e.to_string()),
+            channels: ethtool.channels(iface).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The facts of a host without the ethtool port: neither could be read, for `reason`.
+    pub fn unreadable(reason: &str) -> Self {
+        NicFacts {
+            features: Err(reason.to_string()),
+            channels: Err(reason.to_string()),
         }
     }
 }
@@ -478,6 +425,9 @@ mod tests {
     use hoststack_crds::{Channels, InterfaceMatch, Rings};
 
     use super::*;
+    use crate::host::ethtool::RingInfo;
+    use crate::host::Roots;
+    use crate::netlink::KernelError;
 
     fn known() -> Vec<String> {
         [
@@ -557,21 +507,34 @@ mod tests {
         }
     }
 
-    /// A kernel with one veth, `v0`, whose rings cannot be read.
+    /// The ethtool of a host with one veth, `v0`, whose rings cannot be read or set (veth has
+    /// no ring parameters). The readings test changes nothing.
     #[derive(Debug)]
     struct OneVeth;
 
-    impl Kernel for OneVeth {
-        fn write(&self, _: &std::path::Path, _: &[u8]) -> io::Result<()> {
-            Err(io::ErrorKind::Unsupported.into())
+    /// What a veth answers about rings.
+    fn no_rings() -> io::Error {
+        KernelError {
+            errno: libc::EOPNOTSUPP,
+            message: None,
         }
-        fn mount_hugetlbfs(&self, _: &std::path::Path, _: &str) -> io::Result<()> {
-            Err(io::ErrorKind::Unsupported.into())
+        .into_io()
+    }
+
+    impl Ethtool for OneVeth {
+        fn channels(&self, _: &str) -> io::Result<ChannelInfo> {
+            unreachable!("the readings test reads no channels")
         }
-        fn unmount(&self, _: &std::path::Path) -> io::Result<()> {
-            Err(io::ErrorKind::Unsupported.into())
+        fn set_channels(&self, _: &str, _: &ChannelCounts) -> io::Result<()> {
+            unreachable!("the readings test changes nothing")
         }
-        fn nic_features(&self, iface: &str) -> io::Result<Features> {
+        fn rings(&self, _: &str) -> io::Result<RingInfo> {
+            Err(no_rings())
+        }
+        fn set_rings(&self, _: &str, _: &RingSizes) -> io::Result<()> {
+            Err(no_rings())
+        }
+        fn features(&self, iface: &str) -> io::Result<Features> {
             if iface != "v0" {
                 return Err(io::Error::from_raw_os_error(libc::ENODEV));
             }
@@ -580,18 +543,16 @@ mod tests {
                 ..veth()
             })
         }
-        fn nic_rings(&self, _: &str) -> io::Result<RingInfo> {
-            Err(socket::KernelError {
-                errno: libc::EOPNOTSUPP,
-                message: None,
-            }
-            .into_io())
+        fn set_features(&self, _: &str, _: &BTreeMap<String, bool>) -> io::Result<()> {
+            unreachable!("the readings test changes nothing")
         }
     }
 
     #[test]
     fn readings() {
-        let read = |kind, target| super::read(&OneVeth, kind, target);
+        let host = Host::at(Roots::new("/proc".as_ref(), "/sys".as_ref()))
+            .with_ethtool(std::sync::Arc::new(OneVeth));
+        let read = |kind, target| super::read(&host, kind, target);
         assert_eq!(
             read(Kind::Offload, "v0/rx-gro"),
             Reading::Value("on".into())
@@ -620,7 +581,7 @@ mod tests {
             read(Kind::Ring, "v0/combined"),
             Reading::Unreadable(_)
         ));
-        assert!(write(&OneVeth, Kind::Offload, "v0/rx-gro", "maybe")
+        assert!(write(&host, Kind::Offload, "v0/rx-gro", "maybe")
             .is_err_and(|e| e.kind() == io::ErrorKind::InvalidInput));
     }
 

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 
 use hoststack_crds::{InterfaceFacts, Rps, Xps};
 
-use super::{Applier, Host, Kernel, Roots};
+use super::Applier;
 use crate::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
+use crate::host::{Files, Host, Port, Roots};
 use crate::model::{invalid, read_value, same_number, same_value, Kind, Reading, Setting, Wants};
 use crate::sysfs::plain_name;
 
@@ -27,12 +28,16 @@ pub const SOCK_FLOW_ENTRIES: &str = "net.core.rps_sock_flow_entries";
 pub struct Queue(pub Kind);
 
 impl Applier for Queue {
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Files]
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
         read(host.roots(), self.0, target)
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.roots(), host.kernel(), self.0, target, value)
+        write(host.roots(), host.files()?, self.0, target, value)
     }
 
     fn same_value(&self, a: &str, b: &str) -> bool {
@@ -82,13 +87,13 @@ pub fn read(roots: &Roots, kind: Kind, target: &str) -> Reading {
 /// Writes a queue setting.
 pub fn write(
     roots: &Roots,
-    kernel: &dyn Kernel,
+    files: &dyn Files,
     kind: Kind,
     target: &str,
     value: &str,
 ) -> io::Result<()> {
     let p = path(roots, kind, target).map_err(invalid)?;
-    kernel.write(&p, format!("{}\n", value.trim()).as_bytes())
+    files.write(&p, format!("{}\n", value.trim()).as_bytes())
 }
 
 /// A CPU list of a spec, checked against the online CPUs.

@@ -7,7 +7,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Applier, Host, Kernel};
+use super::Applier;
+use crate::host::{Files, Host, Port};
 use crate::model::{read_value, Reading};
 use crate::{Error, Result};
 
@@ -16,12 +17,16 @@ use crate::{Error, Result};
 pub struct Sysctl;
 
 impl Applier for Sysctl {
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Files]
+    }
+
     fn read(&self, host: &Host, key: &str) -> Reading {
         read(&host.roots().proc_root, key)
     }
 
     fn write(&self, host: &Host, key: &str, value: &str) -> io::Result<()> {
-        write(host.kernel(), &host.roots().proc_root, key, value)
+        write(host.files()?, &host.roots().proc_root, key, value)
     }
 }
 
@@ -57,11 +62,11 @@ pub fn read(proc_root: &Path, key: &str) -> Reading {
 }
 
 /// Writes `value` and a newline to a key's file in one write, as `sysctl -w` does.
-pub fn write(kernel: &dyn Kernel, proc_root: &Path, key: &str, value: &str) -> io::Result<()> {
+pub fn write(files: &dyn Files, proc_root: &Path, key: &str, value: &str) -> io::Result<()> {
     let path = path(proc_root, key)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     // Never create a file: a key that does not exist is not a sysctl.
-    kernel.write(&path, format!("{value}\n").as_bytes())
+    files.write(&path, format!("{value}\n").as_bytes())
 }
 
 #[cfg(test)]
@@ -101,7 +106,7 @@ mod tests {
         std::fs::create_dir_all(&base).expect("mkdir");
         std::fs::write(base.join("tcp_rmem"), "4096\t131072\t6291456\n").expect("write");
         let p = dir.path();
-        let kernel = super::super::RealKernel;
+        let kernel = crate::host::RealKernel;
         assert_eq!(
             read(p, "net.ipv4.tcp_rmem"),
             Reading::Value("4096\t131072\t6291456".into())

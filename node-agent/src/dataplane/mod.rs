@@ -26,8 +26,8 @@ use std::path::Path;
 
 use hoststack_crds::{InterfaceFacts, Mode, NodeState, StackBackend, UserspaceStack};
 
-use crate::appliers::nic::ethtool::Rss;
-use crate::appliers::nic::socket;
+use crate::host::ethtool::{self, Rss};
+use crate::netlink::errno;
 use crate::reconciler::Intent;
 pub use supervisor::{Supervisor, Wanted};
 
@@ -85,7 +85,7 @@ pub fn wanted(
     sys_root: &Path,
     interfaces: &[InterfaceFacts],
 ) -> Result<Wanted, String> {
-    wanted_with(stack, sys_root, interfaces, socket::rss)
+    wanted_with(stack, sys_root, interfaces, ethtool::rss)
 }
 
 /// [`wanted`] with the NIC's RSS read by `read_rss` (asked only for backend AfXdp; a
@@ -101,7 +101,7 @@ pub fn wanted_with(
         match read_rss(&stack.interface) {
             Ok(rss) => rss,
             // The runner itself fails on a missing interface, with the reason in the status.
-            Err(e) if socket::errno(&e) == Some(libc::ENODEV) => None,
+            Err(e) if errno(&e) == Some(libc::ENODEV) => None,
             Err(e) => return Err(e.to_string()),
         }
     } else {
@@ -248,7 +248,7 @@ mod tests {
             ..UserspaceStack::default()
         };
         let nic = Rss {
-            hash_function: crate::appliers::nic::ethtool::RSS_HASH_TOEPLITZ,
+            hash_function: crate::host::ethtool::RSS_HASH_TOEPLITZ,
             key: vec![0xab; 40],
             indirection: vec![0, 1],
         };

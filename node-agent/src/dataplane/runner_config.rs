@@ -12,7 +12,7 @@ use hoststack_runner_api as api;
 /// The runner's `--config` file, as [`translate`] makes it.
 pub use hoststack_runner_api::RunnerConfig;
 
-use crate::appliers::nic::ethtool::Rss;
+use crate::host::ethtool::Rss;
 
 /// What the runner steers by, from what the NIC reported (`None`: it has no RSS to read):
 /// its key and table when it hashes with Toeplitz and shows both; otherwise nothing, and the
@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn the_nics_toeplitz_key_and_table_go_to_an_af_xdp_runner_only() {
         let nic = Rss {
-            hash_function: crate::appliers::nic::ethtool::RSS_HASH_TOEPLITZ,
+            hash_function: crate::host::ethtool::RSS_HASH_TOEPLITZ,
             key: vec![0x6d, 0x5a, 0x0f, 0x00],
             indirection: vec![0, 1, 2, 3],
         };

@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use super::backoff::Backoff;
 use super::runner_config::RunnerConfig;
 use super::stats::{self, Supervision};
-use crate::appliers::{xdp, Host};
+use crate::host::bpf::Pins;
+use crate::host::Host;
 
 /// How often the monitor looks at the runner.
 const POLL: Duration = Duration::from_millis(100);
@@ -370,8 +371,9 @@ impl Shared {
     /// Fails when a program hoststack did not pin is still attached to `iface`'s XDP hook (the
     /// runner's program goes with the runner's file descriptors).
     fn check_detached(&self, iface: &str) -> Result<(), String> {
-        let pins = xdp::Pins::new(self.host.bpffs_root(), iface);
-        let state = match self.host.kernel().xdp_query(iface, &pins) {
+        let pins = Pins::new(self.host.bpffs_root(), iface);
+        let query = self.host.bpf().map_err(io::Error::from);
+        let state = match query.and_then(|bpf| bpf.query_hook(iface, &pins)) {
             Ok(state) => state,
             Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(()),
             Err(e) => return Err(format!("reading the XDP hook of {iface}: {e}")),

@@ -11,9 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hoststack_crds::{InterfaceFacts, StackBackend, UserspaceStack};
 
+use crate::appliers;
 use crate::appliers::irq::QueueIrq;
-use crate::appliers::Host;
 use crate::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
+use crate::host::Host;
 use crate::journal::Journal;
 use crate::model::{Kind, Reading, Refusal, Setting};
 use crate::transaction::TargetValues;
@@ -60,7 +61,7 @@ impl CoreFacts {
             .filter_map(|s| {
                 let base = match journal.original(&s) {
                     Some(original) => original.to_string(),
-                    None => match host.read(&s) {
+                    None => match appliers::read(host, &s) {
                         Reading::Value(v) => v,
                         Reading::Missing(_) | Reading::Unreadable(_) => return None,
                     },

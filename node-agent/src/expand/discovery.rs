@@ -9,7 +9,8 @@ use hoststack_crds::{HostFacts, InterfaceFacts};
 
 use super::cores::CoreFacts;
 use crate::appliers::irq::{self, QueueIrq};
-use crate::appliers::{dpdk, nic, Host};
+use crate::appliers::{dpdk, nic};
+use crate::host::Host;
 use crate::journal::Journal;
 use crate::model::Kind;
 
@@ -61,7 +62,13 @@ impl Discovery {
         let nic = facts
             .interfaces
             .iter()
-            .map(|i| (i.name.clone(), nic::NicFacts::read(host.kernel(), &i.name)))
+            .map(|i| {
+                let facts = match host.ethtool() {
+                    Ok(ethtool) => nic::NicFacts::read(ethtool, &i.name),
+                    Err(missing) => nic::NicFacts::unreadable(&missing.to_string()),
+                };
+                (i.name.clone(), facts)
+            })
             .collect();
         let irqs = facts
             .interfaces

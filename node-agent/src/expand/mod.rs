@@ -221,6 +221,7 @@ mod tests {
     use super::cores::CoreFacts;
     use super::*;
     use crate::appliers::irq::QueueIrq;
+    use crate::host::ethtool::{ChannelInfo, Features};
     use crate::model::Kind;
 
     fn revision() -> Applied {
@@ -298,7 +299,7 @@ mod tests {
         d.nic.insert(
             "eth1".into(),
             nic::NicFacts {
-                features: Ok(nic::Features {
+                features: Ok(Features {
                     changeable: ["rx-gro", "tx-tcp-segmentation", "tx-tcp6-segmentation"]
                         .map(String::from)
                         .into(),
@@ -307,10 +308,10 @@ mod tests {
                         .into(),
                     known,
                 }),
-                channels: Ok(nic::ChannelInfo {
+                channels: Ok(ChannelInfo {
                     combined: 2,
                     combined_max: 2,
-                    ..nic::ChannelInfo::default()
+                    ..ChannelInfo::default()
                 }),
             },
         );

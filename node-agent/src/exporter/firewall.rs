@@ -15,8 +15,8 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use crate::appliers::firewall::netlink::{self, DropCounter};
 use crate::appliers::firewall::TARGET;
+use crate::host::nftables::netlink::{self, DropCounter};
 
 /// Collects the drop counters from the kernel on each scrape.
 #[derive(Debug, Default)]

@@ -14,7 +14,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use crate::appliers::xdp::{self, Pins, Program};
+use crate::host::bpf::{counted_interfaces, objects, Pins, Program};
 
 /// Reads the pinned drop counters under a bpffs root.
 #[derive(Debug)]
@@ -32,9 +32,9 @@ impl XdpCollector {
 
     /// The counters of every interface whose counters could be read.
     fn read(&self) -> Vec<Drops> {
-        xdp::counted_interfaces(&self.root)
+        counted_interfaces(&self.root)
             .into_iter()
-            .filter_map(|iface| match xdp::real::drops(&Pins::new(&self.root, &iface)) {
+            .filter_map(|iface| match objects::drops(&Pins::new(&self.root, &iface)) {
                 Ok((packets, bytes)) => Some(Drops {
                     interface: iface,
                     packets,

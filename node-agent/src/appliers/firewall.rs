@@ -7,43 +7,39 @@
 //! a sysctl. Reading lists the table from the kernel and turns it back into a description,
 //! after checking every set, element, chain and rule against what that description makes.
 //!
-//! The agent only touches a table it made: the table carries the comment
-//! [`layout::MARK`]. A table of that name without it reads as unreadable, which fails the
-//! revision before any write, and the kernel calls refuse to replace or delete it.
-//!
-//! - [`ruleset`]: the pure ruleset (spec → canonical description and back);
-//! - [`layout`]: the pure nftables objects of a ruleset, and the way back from a listing;
-//! - [`expr`], [`attr`]: the expressions and their netlink attributes;
-//! - [`netlink`]: the kernel I/O (rustables where it can, the agent's encoding where not).
+//! The agent only touches a table it made: the table carries the comment [`layout::MARK`]. A
+//! table of that name without it reads as unreadable, which fails the revision before any
+//! write, and the [`Nftables`] port refuses to replace or delete it. The table's ruleset, its
+//! nftables objects and the netlink I/O are the port's ([`crate::host::nftables`]).
 
 use std::io;
 use std::net::IpAddr;
 
 use hoststack_crds::Firewall;
 
-use super::{Applier, Host, Kernel};
+use super::Applier;
+use crate::host::nftables::{layout, ruleset, Observed, Ruleset};
+use crate::host::{Host, Nftables, Port};
 use crate::model::{invalid, Kind, Reading, Setting, Wants};
-
-pub mod attr;
-pub mod expr;
-pub mod layout;
-pub mod netlink;
-pub mod ruleset;
-
-pub use layout::Observed;
-pub use ruleset::Ruleset;
 
 /// The applier of [`Kind::Nftables`].
 #[derive(Clone, Copy, Debug)]
 pub struct Table;
 
 impl Applier for Table {
+    fn ports(&self) -> &'static [Port] {
+        &[Port::Nftables]
+    }
+
     fn read(&self, host: &Host, target: &str) -> Reading {
-        read(host.kernel(), target)
+        match host.nftables() {
+            Ok(nftables) => read(nftables, target),
+            Err(missing) => missing.into(),
+        }
     }
 
     fn write(&self, host: &Host, target: &str, value: &str) -> io::Result<()> {
-        write(host.kernel(), target, value)
+        write(host.nftables()?, target, value)
     }
 }
 
@@ -89,12 +85,12 @@ pub fn desired(spec: &Firewall, api_server: Option<IpAddr>) -> Wants {
     wants
 }
 
-/// Reads the table through `kernel`.
-pub fn read(kernel: &dyn Kernel, target: &str) -> Reading {
+/// Reads the table through `nftables`.
+pub fn read(nftables: &dyn Nftables, target: &str) -> Reading {
     if target != TARGET {
         return Reading::Missing(format!("{target}: hoststack manages only {TARGET}"));
     }
-    match kernel.read_nft_table() {
+    match nftables.read_table() {
         Ok(Observed::Absent) => Reading::Value(ABSENT.into()),
         Ok(Observed::Ours(ruleset)) => Reading::Value(ruleset.render()),
         Ok(Observed::Modified(why)) => Reading::Value(format!("modified: {why}")),
@@ -108,20 +104,20 @@ pub fn read(kernel: &dyn Kernel, target: &str) -> Reading {
     }
 }
 
-/// Writes the table through `kernel`: `absent` deletes it, a description replaces it. Any
+/// Writes the table through `nftables`: `absent` deletes it, a description replaces it. Any
 /// other value (such as the `modified: ...` of a table changed behind the agent's back) is
 /// refused.
-pub fn write(kernel: &dyn Kernel, target: &str, value: &str) -> io::Result<()> {
+pub fn write(nftables: &dyn Nftables, target: &str, value: &str) -> io::Result<()> {
     if target != TARGET {
         return Err(invalid(format!(
             "{target}: hoststack manages only {TARGET}"
         )));
     }
     if value.trim() == ABSENT {
-        return kernel.delete_nft_table();
+        return nftables.delete_table();
     }
     let ruleset = Ruleset::parse(value.trim()).map_err(invalid)?;
-    kernel.replace_nft_table(&ruleset)
+    nftables.replace_table(&ruleset)
 }
 
 #[cfg(test)]
@@ -132,28 +128,19 @@ mod tests {
 
     use super::*;
 
-    /// A kernel that keeps the table in memory.
+    /// An nftables that keeps the table in memory.
     #[derive(Debug, Default)]
     struct Tables(Mutex<Option<Observed>>);
 
-    impl Kernel for Tables {
-        fn write(&self, _: &std::path::Path, _: &[u8]) -> io::Result<()> {
-            unreachable!("no files here")
-        }
-        fn mount_hugetlbfs(&self, _: &std::path::Path, _: &str) -> io::Result<()> {
-            unreachable!("no mounts here")
-        }
-        fn unmount(&self, _: &std::path::Path) -> io::Result<()> {
-            unreachable!("no mounts here")
-        }
-        fn read_nft_table(&self) -> io::Result<Observed> {
+    impl Nftables for Tables {
+        fn read_table(&self) -> io::Result<Observed> {
             Ok(self.0.lock().unwrap().clone().unwrap_or(Observed::Absent))
         }
-        fn replace_nft_table(&self, ruleset: &Ruleset) -> io::Result<()> {
+        fn replace_table(&self, ruleset: &Ruleset) -> io::Result<()> {
             *self.0.lock().unwrap() = Some(Observed::Ours(ruleset.clone()));
             Ok(())
         }
-        fn delete_nft_table(&self) -> io::Result<()> {
+        fn delete_table(&self) -> io::Result<()> {
             *self.0.lock().unwrap() = None;
             Ok(())
         }

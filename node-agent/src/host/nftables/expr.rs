@@ -242,7 +242,7 @@ fn data_value(kind: u16, bytes: &[u8]) -> Attr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::appliers::firewall::attr::encode_all;
+    use crate::host::nftables::attr::encode_all;
 
     /// `len type` header of an attribute, as the bytes netlink puts on the wire (little-endian
     /// host).

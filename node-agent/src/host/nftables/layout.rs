@@ -607,8 +607,8 @@ fn same(want: &Layout, listed: &Listed) -> Result<(), String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::appliers::firewall::attr::encode_all;
-    use crate::appliers::firewall::ruleset::Prefix;
+    use crate::host::nftables::attr::encode_all;
+    use crate::host::nftables::ruleset::Prefix;
 
     /// The listing the kernel gives of a table created from `layout` (its echo of every
     /// attribute written; a counter's running totals).

@@ -1,4 +1,4 @@
-//! The ethtool generic-netlink messages of the NIC applier, as a thin layer over
+//! The ethtool generic-netlink messages of the ethtool port, as a thin layer over
 //! netlink-packet-core's attribute types and netlink-packet-generic's family trait.
 //!
 //! The `ethtool` crate of the same family reads channels, rings and features but cannot set

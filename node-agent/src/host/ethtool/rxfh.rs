@@ -11,7 +11,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::ethtool::Rss;
+use super::codec::Rss;
 
 /// `ETHTOOL_GRSSH`.
 const ETHTOOL_GRSSH: u32 = 0x46;
