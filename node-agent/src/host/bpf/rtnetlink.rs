@@ -1,157 +1,91 @@
 //! The rtnetlink side of the bpf port: what is attached to an interface's XDP hook
-//! (`RTM_GETLINK`, attribute `IFLA_XDP`).
+//! (`RTM_GETLINK`, attribute `IFLA_XDP`), with netlink-packet-route's messages over
+//! [`crate::netlink`], the codec the rtnetlink port reads MTUs with.
 
 use std::io;
 
-use super::AttachMode;
+use netlink_packet_route::link::{LinkAttribute, LinkMessage, LinkXdp, XdpAttached};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::protocols;
 
-const NLMSG_HDRLEN: usize = 16;
-const IFINFOMSG_LEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const RTM_NEWLINK: u16 = 16;
-const RTM_GETLINK: u16 = 18;
-const NLM_F_REQUEST: u16 = 1;
-const IFLA_XDP: u16 = 43;
-const IFLA_XDP_ATTACHED: u16 = 2;
-const IFLA_XDP_PROG_ID: u16 = 4;
-const IFLA_XDP_DRV_PROG_ID: u16 = 5;
-const IFLA_XDP_SKB_PROG_ID: u16 = 6;
-const IFLA_XDP_HW_PROG_ID: u16 = 7;
-const XDP_ATTACHED_DRV: u8 = 1;
-const XDP_ATTACHED_SKB: u8 = 2;
-const XDP_ATTACHED_HW: u8 = 3;
-const XDP_ATTACHED_MULTI: u8 = 4;
-/// The attribute type without the nested and byte-order flags.
-const NLA_TYPE_MASK: u16 = 0x3fff;
+use super::AttachMode;
+use crate::netlink::Netlink;
 
 /// Programs attached to an interface: (mode, program id).
 pub type Attached = Vec<(AttachMode, u32)>;
 
 /// The programs attached to interface `index`, with their modes.
 pub fn attached(index: u32) -> io::Result<Attached> {
-    // SAFETY: plain socket(2) call; the fd is owned right after.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
+    let mut route = Netlink::open(protocols::NETLINK_ROUTE)?;
+    let mut get = LinkMessage::default();
+    get.header.index = index;
+    route
+        .request(RouteNetlinkMessage::GetLink(get))?
+        .into_iter()
+        .find_map(|m| match m {
+            RouteNetlinkMessage::NewLink(link) => Some(attached_of(&link)),
+            _ => None,
+        })
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no RTM_NEWLINK reply"))
+}
+
+/// What a link message's `IFLA_XDP` says is attached: one program in the mode
+/// `IFLA_XDP_ATTACHED` names, or with `XDP_ATTACHED_MULTI` one per mode that has a program id.
+pub fn attached_of(link: &LinkMessage) -> Attached {
+    let Some(xdp) = link.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Xdp(xdp) => Some(xdp),
+        _ => None,
+    }) else {
+        return Vec::new();
     };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-    let request = request(index);
-    // SAFETY: the buffer is valid for its length.
-    let sent = unsafe { libc::send(raw, request.as_ptr().cast(), request.len(), 0) };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut buf = vec![0u8; 64 * 1024];
-    // SAFETY: the buffer is valid for its length.
-    let n = unsafe { libc::recv(raw, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    parse_reply(&buf)
-}
-
-/// The RTM_GETLINK request for interface `index`.
-fn request(index: u32) -> Vec<u8> {
-    let len = (NLMSG_HDRLEN + IFINFOMSG_LEN) as u32;
-    let mut m = Vec::with_capacity(len as usize);
-    m.extend_from_slice(&len.to_ne_bytes());
-    m.extend_from_slice(&RTM_GETLINK.to_ne_bytes());
-    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    m.extend_from_slice(&1u32.to_ne_bytes()); // sequence
-    m.extend_from_slice(&0u32.to_ne_bytes()); // port: the kernel
-    m.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]); // family, pad, type
-    m.extend_from_slice(&index.to_ne_bytes());
-    m.extend_from_slice(&[0; 8]); // flags, change
-    m
-}
-
-/// The attributes in `bytes`: (type without flags, payload).
-fn attributes(mut bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if bytes.len() < 4 {
-            return None;
-        }
-        let len = usize::from(u16::from_ne_bytes([bytes[0], bytes[1]]));
-        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & NLA_TYPE_MASK;
-        if len < 4 || len > bytes.len() {
-            return None;
-        }
-        let payload = &bytes[4..len];
-        let next = ((len + 3) & !3).min(bytes.len());
-        bytes = &bytes[next..];
-        Some((kind, payload))
-    })
-}
-
-fn u32_of(payload: &[u8]) -> Option<u32> {
-    Some(u32::from_ne_bytes(payload.get(..4)?.try_into().ok()?))
-}
-
-/// Parses the kernel's answer: an error, or a link message whose `IFLA_XDP` says what is
-/// attached.
-pub(super) fn parse_reply(buf: &[u8]) -> io::Result<Attached> {
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "malformed netlink reply");
-    if buf.len() < NLMSG_HDRLEN {
-        return Err(bad());
-    }
-    let len = u32_of(buf).ok_or_else(bad)? as usize;
-    let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-    let msg = buf.get(..len).ok_or_else(bad)?;
-    if kind == NLMSG_ERROR {
-        let code = msg
-            .get(NLMSG_HDRLEN..NLMSG_HDRLEN + 4)
-            .and_then(|b| Some(i32::from_ne_bytes(b.try_into().ok()?)))
-            .ok_or_else(bad)?;
-        return Err(io::Error::from_raw_os_error(-code));
-    }
-    if kind != RTM_NEWLINK {
-        return Err(bad());
-    }
-    let attrs = msg.get(NLMSG_HDRLEN + IFINFOMSG_LEN..).ok_or_else(bad)?;
-    let Some((_, xdp)) = attributes(attrs).find(|(t, _)| *t == IFLA_XDP) else {
-        return Ok(Vec::new());
-    };
-    let mut attached = 0u8;
-    let mut ids = [None; 4];
-    for (t, payload) in attributes(xdp) {
-        match t {
-            IFLA_XDP_ATTACHED => attached = payload.first().copied().unwrap_or(0),
-            IFLA_XDP_PROG_ID => ids[0] = u32_of(payload),
-            IFLA_XDP_DRV_PROG_ID => ids[1] = u32_of(payload),
-            IFLA_XDP_SKB_PROG_ID => ids[2] = u32_of(payload),
-            IFLA_XDP_HW_PROG_ID => ids[3] = u32_of(payload),
+    let mut attached = XdpAttached::None;
+    let (mut prog, mut drv, mut skb, mut hw) = (None, None, None, None);
+    for nla in xdp {
+        match nla {
+            LinkXdp::Attached(mode) => attached = *mode,
+            LinkXdp::ProgId(id) => prog = Some(*id),
+            LinkXdp::DrvProgId(id) => drv = Some(*id),
+            LinkXdp::SkbProgId(id) => skb = Some(*id),
+            LinkXdp::HwProgId(id) => hw = Some(*id),
             _ => {}
         }
     }
-    let one = |mode| ids[0].map(|id| vec![(mode, id)]).unwrap_or_default();
-    Ok(match attached {
-        XDP_ATTACHED_DRV => one(AttachMode::Native),
-        XDP_ATTACHED_SKB => one(AttachMode::Generic),
-        XDP_ATTACHED_HW => one(AttachMode::Offload),
-        XDP_ATTACHED_MULTI => [
-            (AttachMode::Native, ids[1]),
-            (AttachMode::Generic, ids[2]),
-            (AttachMode::Offload, ids[3]),
+    let one = |mode| prog.map(|id| vec![(mode, id)]).unwrap_or_default();
+    match attached {
+        XdpAttached::Driver => one(AttachMode::Native),
+        XdpAttached::SocketBuffer => one(AttachMode::Generic),
+        XdpAttached::Hardware => one(AttachMode::Offload),
+        XdpAttached::Multiple => [
+            (AttachMode::Native, drv),
+            (AttachMode::Generic, skb),
+            (AttachMode::Offload, hw),
         ]
         .into_iter()
-        .filter_map(|(m, id)| Some((m, id?)))
+        .filter_map(|(mode, id)| Some((mode, id?)))
         .collect(),
         _ => Vec::new(),
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+
     use super::*;
+
+    // The kernel's wire format, to build replies as it sends them.
+    const NLMSG_HDRLEN: usize = 16;
+    const IFINFOMSG_LEN: usize = 16;
+    const NLMSG_ERROR: u16 = 2;
+    const RTM_NEWLINK: u16 = 16;
+    const IFLA_XDP: u16 = 43;
+    const IFLA_XDP_ATTACHED: u16 = 2;
+    const IFLA_XDP_PROG_ID: u16 = 4;
+    const IFLA_XDP_DRV_PROG_ID: u16 = 5;
+    const IFLA_XDP_SKB_PROG_ID: u16 = 6;
+    const XDP_ATTACHED_DRV: u8 = 1;
+    const XDP_ATTACHED_SKB: u8 = 2;
+    const XDP_ATTACHED_MULTI: u8 = 4;
 
     fn attr(kind: u16, payload: &[u8]) -> Vec<u8> {
         let mut a = Vec::new();
@@ -178,6 +112,18 @@ mod tests {
         body.extend(attr(3, b"veth0\0")); // IFLA_IFNAME first, as the kernel sends it
         body.extend(attr(IFLA_XDP | 0x8000, &xdp.concat()));
         reply(RTM_NEWLINK, &body)
+    }
+
+    /// What the codec makes of a reply's bytes, and what is attached according to it.
+    fn parse_reply(bytes: &[u8]) -> Result<Attached, String> {
+        let message =
+            NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes).map_err(|e| e.to_string())?;
+        match message.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+                Ok(attached_of(&link))
+            }
+            other => Err(format!("not a link: {other:?}")),
+        }
     }
 
     #[test]
@@ -213,19 +159,24 @@ mod tests {
         }
         let no_xdp = reply(RTM_NEWLINK, &[0u8; IFINFOMSG_LEN]);
         assert_eq!(parse_reply(&no_xdp).expect("parses"), vec![]);
-        let enodev = reply(NLMSG_ERROR, &(-libc::ENODEV).to_ne_bytes());
-        assert_eq!(
-            parse_reply(&enodev).expect_err("error").raw_os_error(),
-            Some(libc::ENODEV)
-        );
         for bad in [&[1u8, 2][..], &reply(RTM_NEWLINK, &[0; 4])[..]] {
             assert!(parse_reply(bad).is_err());
         }
-        // Truncated attributes end the walk without panicking.
+        // Truncated attributes are refused without panicking.
         let mut cut = link(&[attr(IFLA_XDP_ATTACHED, &[XDP_ATTACHED_DRV])]);
         cut.truncate(cut.len() - 3);
         let len = cut.len() as u32;
         cut[..4].copy_from_slice(&len.to_ne_bytes());
-        assert!(parse_reply(&cut).is_ok());
+        assert!(parse_reply(&cut).is_err());
+        // The kernel's error (a vanished interface) is an error reply with its errno, which
+        // `Netlink::request` turns into a `KernelError`.
+        let enodev = reply(NLMSG_ERROR, &(-libc::ENODEV).to_ne_bytes());
+        let message = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&enodev).expect("parses");
+        match message.payload {
+            NetlinkPayload::Error(e) => {
+                assert_eq!(e.code.map(|c| c.get()), Some(-libc::ENODEV))
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
