@@ -31,6 +31,7 @@ use kube::{Api, Client, Resource};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::block_in_place;
 use tokio::time::{Instant, MissedTickBehavior};
+use tracing::Instrument;
 
 use crate::config::Config;
 use crate::dataplane::{self, backoff::Backoff, Supervisor};
@@ -71,11 +72,16 @@ pub async fn run(config: Config) -> Result<()> {
         .map_err(|source| Error::Metrics { addr, source })?;
     tracing::info!(address = %bound, "serving /metrics");
     // Recovery needs no API server: put the host back in one piece first.
-    match block_in_place(|| reconciler.recover()) {
-        Ok(true) => tracing::info!("undid an interrupted transaction from the journal"),
+    let recover = tracing::info_span!("recover", node = %config.node_name);
+    match recover.in_scope(|| block_in_place(|| reconciler.recover())) {
+        Ok(true) => {
+            recover.in_scope(|| tracing::info!("undid an interrupted transaction from the journal"))
+        }
         Ok(false) => {}
         Err(e @ Error::JournalCorrupt { .. }) => return Err(e),
-        Err(e) => tracing::error!(error = %e, "recovery failed; retrying on every reconcile"),
+        Err(e) => recover.in_scope(
+            || tracing::error!(error = %e, "recovery failed; retrying on every reconcile"),
+        ),
     }
 
     let kube_config = kube::Config::infer()
@@ -186,62 +192,85 @@ struct Agent {
 }
 
 impl Agent {
-    /// One reconcile of the current object: decide, maybe transact, report.
+    /// One reconcile of the current object: decide, maybe transact, report. It runs in a span
+    /// that names the node, the tuning and the revision, with the decision, the transaction
+    /// (`apply` or `revert`) and a preview in spans of their own inside it, so that every log
+    /// line says what it is about.
     async fn reconcile(&mut self) {
         let intent = Intent::of(self.object.as_ref());
-        if !std::mem::replace(&mut self.resumed, true) {
-            let previous = self.object.as_ref().and_then(|o| o.status.as_ref());
-            self.sampler
-                .resume(previous.and_then(|s| s.health.as_ref()));
+        let span = tracing::info_span!(
+            "reconcile",
+            node = %self.config.node_name,
+            tuning = intent.tuning(),
+            revision = intent.revision(),
+        );
+        async move {
+            if !std::mem::replace(&mut self.resumed, true) {
+                let previous = self.object.as_ref().and_then(|o| o.status.as_ref());
+                self.sampler
+                    .resume(previous.and_then(|s| s.health.as_ref()));
+            }
+            self.metrics
+                .node_info
+                .set(NodeInfoLabels::of(self.object.as_ref()));
+            // A revert stops the stack first; the transaction then gives its cores back.
+            self.follow_dataplane(dataplane::before_transaction(&intent));
+            let decide = tracing::info_span!("decide");
+            let next = decide.in_scope(|| block_in_place(|| self.reconciler.next(&intent)));
+            let outcome = match next {
+                Ok(Next::Report(outcome)) => outcome,
+                Ok(Next::Transaction { applying }) => {
+                    let transaction = match intent.target() {
+                        Some(_) => tracing::info_span!("apply"),
+                        None => tracing::info_span!("revert"),
+                    };
+                    // Settings of the applied revision changed and the policy re-applies them
+                    // (under Report a transaction only runs for other work, which rewrites them
+                    // in passing).
+                    let drift = !self.reconciler.drifted().is_empty()
+                        && intent.drift_policy() == Some(DriftPolicy::Reapply);
+                    if drift {
+                        transaction.in_scope(|| {
+                            tracing::warn!(
+                                drifted = %crate::drift::message(self.reconciler.drifted()),
+                                "settings drifted; writing the desired values again"
+                            )
+                        });
+                    }
+                    self.sampler.transaction_started();
+                    if let Some(applying) = applying {
+                        self.report(&intent, &applying).await;
+                    }
+                    transaction.in_scope(|| {
+                        tracing::info!(revision = ?intent.revision(), "transaction starts");
+                        let started = std::time::Instant::now();
+                        let outcome = block_in_place(|| self.reconciler.transact(&intent));
+                        self.metrics
+                            .work
+                            .transaction(outcome.state, started.elapsed(), drift);
+                        tracing::info!(
+                            state = %outcome.state,
+                            message = outcome.message.as_deref().unwrap_or(""),
+                            "transaction ended"
+                        );
+                        outcome
+                    })
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "reconcile failed");
+                    self.reconciler.error_outcome(&e)
+                }
+            };
+            self.metrics.work.applied(outcome.applied.as_ref());
+            // The stack is the last step of an applied revision.
+            self.follow_dataplane(dataplane::after_transaction(&intent, outcome.state));
+            self.follow_health_request(&outcome);
+            self.follow_preview();
+            self.report(&intent, &outcome).await;
+            self.last = Some((intent, outcome));
         }
-        self.metrics
-            .node_info
-            .set(NodeInfoLabels::of(self.object.as_ref()));
-        // A revert stops the stack first; the transaction then gives its cores back.
-        self.follow_dataplane(dataplane::before_transaction(&intent));
-        let next = block_in_place(|| self.reconciler.next(&intent));
-        let outcome = match next {
-            Ok(Next::Report(outcome)) => outcome,
-            Ok(Next::Transaction { applying }) => {
-                // Settings of the applied revision changed and the policy re-applies them (under
-                // Report a transaction only runs for other work, which rewrites them in passing).
-                let drift = !self.reconciler.drifted().is_empty()
-                    && intent.drift_policy() == Some(DriftPolicy::Reapply);
-                if drift {
-                    tracing::warn!(
-                        drifted = %crate::drift::message(self.reconciler.drifted()),
-                        "settings drifted; writing the desired values again"
-                    );
-                }
-                self.sampler.transaction_started();
-                if let Some(applying) = applying {
-                    self.report(&intent, &applying).await;
-                }
-                tracing::info!(revision = ?intent.revision(), "transaction starts");
-                let started = std::time::Instant::now();
-                let outcome = block_in_place(|| self.reconciler.transact(&intent));
-                self.metrics
-                    .work
-                    .transaction(outcome.state, started.elapsed(), drift);
-                tracing::info!(
-                    state = %outcome.state,
-                    message = outcome.message.as_deref().unwrap_or(""),
-                    "transaction ended"
-                );
-                outcome
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "reconcile failed");
-                self.reconciler.error_outcome(&e)
-            }
-        };
-        self.metrics.work.applied(outcome.applied.as_ref());
-        // The stack is the last step of an applied revision.
-        self.follow_dataplane(dataplane::after_transaction(&intent, outcome.state));
-        self.follow_health_request(&outcome);
-        self.follow_preview();
-        self.report(&intent, &outcome).await;
-        self.last = Some((intent, outcome));
+        .instrument(span)
+        .await
     }
 
     /// Starts, keeps or stops the user-space stack as `step` says; a failure is logged, and the
@@ -293,6 +322,13 @@ impl Agent {
             return;
         }
         let intent = crate::preview::intent(&object.spec, request);
+        let span = tracing::info_span!(
+            "preview",
+            id = %request.id,
+            tuning = intent.tuning(),
+            revision = intent.revision(),
+        );
+        let _preview = span.enter();
         let planned = block_in_place(|| self.reconciler.preview(&intent));
         let answer = crate::preview::answer(
             &request.id,
@@ -311,29 +347,36 @@ impl Agent {
 
     /// Ends the health window that is due: reads the counters and writes the sample.
     async fn end_health_window(&mut self) {
-        let revision = self
-            .last
-            .as_ref()
-            .and_then(|(_, o)| o.applied.as_ref())
-            .map(|a| a.revision.clone());
-        let snapshot = block_in_place(|| Snapshot::take(&self.config.proc_root));
-        match self.sampler.end(revision.as_deref(), snapshot) {
-            Some(Ended::Sample(measured)) => {
-                if !measured.went_backwards.is_empty() {
-                    tracing::warn!(
-                        counters = ?measured.went_backwards,
-                        "TCP counters went backwards (reset); this window measured nothing"
-                    );
+        let applied = self.last.as_ref().and_then(|(_, o)| o.applied.clone());
+        let span = tracing::info_span!(
+            "health",
+            node = %self.config.node_name,
+            tuning = applied.as_ref().map(|a| a.tuning.as_str()),
+            revision = applied.as_ref().map(|a| a.revision.as_str()),
+        );
+        let revision = applied.map(|a| a.revision);
+        async move {
+            let snapshot = block_in_place(|| Snapshot::take(&self.config.proc_root));
+            match self.sampler.end(revision.as_deref(), snapshot) {
+                Some(Ended::Sample(measured)) => {
+                    if !measured.went_backwards.is_empty() {
+                        tracing::warn!(
+                            counters = ?measured.went_backwards,
+                            "TCP counters went backwards (reset); this window measured nothing"
+                        );
+                    }
+                    if let Some((intent, outcome)) = self.last.clone() {
+                        self.report(&intent, &outcome).await;
+                    }
                 }
-                if let Some((intent, outcome)) = self.last.clone() {
-                    self.report(&intent, &outcome).await;
+                Some(Ended::Unmeasured(reason)) => {
+                    tracing::warn!(%reason, "no health sample for this window");
                 }
+                None => {}
             }
-            Some(Ended::Unmeasured(reason)) => {
-                tracing::warn!(%reason, "no health sample for this window");
-            }
-            None => {}
         }
+        .instrument(span)
+        .await
     }
 
     /// Writes the status for `outcome` when it differs from the current one.

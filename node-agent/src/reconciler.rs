@@ -64,7 +64,15 @@ impl Intent {
         }
     }
 
-    /// The revision the desired state is about.
+    /// The NetworkTuning the intent is about.
+    pub fn tuning(&self) -> Option<&str> {
+        match self {
+            Intent::Revision { tuning, .. } => Some(tuning),
+            Intent::Absent | Intent::Withdrawn => None,
+        }
+    }
+
+    /// The revision the intent is about.
     pub fn revision(&self) -> Option<&str> {
         match self {
             Intent::Revision { revision, .. } => Some(revision),
