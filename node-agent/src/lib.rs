@@ -1,25 +1,42 @@
 //! hoststack-agent: the per-node daemon that applies its node's `NodeTuning` to the host.
 //!
-//! The agent watches only its own NodeTuning. For each desired state it runs one journaled,
+//! The agent watches only its own NodeTuning. For each revision it runs one journaled,
 //! all-or-nothing transaction over the host settings (hugepages, hugetlbfs mounts, sysctls, NIC
 //! channels/offloads/rings/MTU, IRQ affinity, RPS/XPS, its nftables table, XDP programs, DPDK
 //! binding), verifies every write by reading it back, and reports
 //! per-item results, conditions and host facts in the NodeTuning's status. Withdrawing the spec
 //! restores every original value from the journal.
 //!
-//! The layout follows "pure core, thin I/O shell":
-//! - [`expand::expand`] turns a node config and what discovery found on the host into settings;
-//!   [`transaction::plan`] decides what to write from (desired, journal, current values) and
-//!   touches nothing; [`transaction::Transactor`] carries a plan out against the host.
-//! - [`reconciler::Reconciler`] decides, for one desired state, whether to plan, apply, revert or
-//!   re-report, and remembers failed revisions; [`drift`] finds applied settings that changed
-//!   behind the agent's back; [`health`] measures TCP health samples over the windows the
-//!   operator asks for; [`heartbeat`] renews the Lease that tells the operator this agent is
-//!   alive; [`controller`] connects it all to the API server.
-//! - [`journal`] is the crash-safe record of originals and in-flight transactions,
-//!   [`appliers`] reads and writes host settings, [`facts`] describes the host, and [`report`]
-//!   turns outcomes into a `NodeTuningStatus`; [`exporter`] serves `/metrics`.
-//! - [`preview`] answers `kubectl hoststack plan`: another config in Plan mode, changing nothing.
+//! # Layers, leaves first
+//!
+//! A module may import the layers before its own in this list, never one after it, so the pure
+//! core never reaches into the shells around it (`python3 /work/shared/tools/modcycles.py
+//! node-agent/src --notests --nofamily` prints nothing):
+//!
+//! 1. Utilities, which import nothing of the agent: [`duration`], [`cpus`] (CPU lists and
+//!    masks), [`sysfs`] (names in procfs and sysfs trees), [`paths`] (the default bpffs root
+//!    and runner), [`netlink`] (one synchronous netlink request).
+//! 2. The model, [`model`]: [`model::Kind`], [`model::Setting`], [`model::Reading`],
+//!    [`model::Wants`] and the value comparisons every layer below speaks.
+//! 3. The host ports, [`host`]: [`host::Host`] and the narrow interfaces through which the
+//!    appliers touch the host (files, mounts, ethtool, rtnetlink, bpf, nftables), each with its
+//!    implementation on the running kernel.
+//! 4. The appliers, [`appliers`] — one module per knob with its plan step (spec →
+//!    [`model::Wants`]) and its [`appliers::Applier`], and [`appliers::applier`], the one table
+//!    from a kind to its applier — and the host facts, [`facts`].
+//! 5. The pure expansion, plan and journal: [`journal`], the crash-safe record of originals and
+//!    in-flight transactions; [`expand`], discovery and the pure (config, discovery) → goal;
+//!    [`transaction`], the pure [`transaction::plan`] and the [`transaction::Transactor`] that
+//!    carries a plan out; [`drift`], settings that changed behind the agent's back.
+//! 6. The reconciler, [`reconciler`]: for one [`reconciler::Intent`], whether to plan, apply,
+//!    revert or re-report, with the memory of failed revisions; [`report`] turns outcomes into
+//!    a `NodeTuningStatus`, [`preview`] answers `kubectl hoststack plan`.
+//! 7. The dataplane supervisor, [`dataplane`]: the user-space stack's runner process.
+//! 8. The agent's other shells: [`exporter`] serves `/metrics`, [`health`] measures TCP health
+//!    samples over the windows the operator asks for, [`heartbeat`] renews the Lease that tells
+//!    the operator this agent is alive.
+//! 9. The watch loop, [`controller`], with its flags, [`config`]: connects it all to the API
+//!    server.
 
 #![deny(missing_docs)]
 

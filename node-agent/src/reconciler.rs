@@ -1,4 +1,4 @@
-//! The reconciler: what the agent does with one desired state, without the API server.
+//! The reconciler: what the agent does with one intent, without the API server.
 //!
 //! It turns the NodeTuning into an [`Intent`], decides whether the host needs a transaction,
 //! runs it through the [`Transactor`], and remembers what it reported and which revision failed,
@@ -102,7 +102,7 @@ impl Intent {
     }
 }
 
-/// What to do next for a desired state.
+/// What to do next for an intent.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Next {
     /// Nothing to change on the host: report this.

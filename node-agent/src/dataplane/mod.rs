@@ -2,8 +2,8 @@
 //! cores a tuning dedicates to it.
 //!
 //! The stack is the last step of a revision. The transaction first takes the dedicated cores
-//! out of every queue IRQ's affinity and every RPS/XPS mask ([`crate::expand::cores::dedicate`], through the
-//! IRQ and RPS/XPS appliers, journaled like every other setting); once it has applied, the
+//! out of every queue IRQ's affinity and every RPS/XPS mask ([`crate::expand::cores`], through
+//! the IRQ and RPS/XPS appliers, journaled like every other setting); once it has applied, the
 //! [`supervisor::Supervisor`] starts the runner, `hoststack-userstack`, with the config
 //! translated from the spec ([`runner_config`]). A revert stops the runner first, then the
 //! transaction gives the cores back from the journal.

@@ -2,8 +2,8 @@
 //! masks they are taken out of.
 //!
 //! [`CoreFacts::read`] is the I/O; [`dedicate`] is pure: (the stack's spec, online CPUs,
-//! interfaces, the agent's affinity, the base value of every mask) → refusals, or the target values
-//! settings extended so that no queue IRQ, no RPS mask and no XPS mask names a dedicated core.
+//! interfaces, the agent's affinity, the base value of every mask) → refusals, or the target
+//! values extended so that no queue IRQ, no RPS mask and no XPS mask names a dedicated core.
 //! The masks are ordinary settings of the IRQ and RPS/XPS appliers, so the transaction journals
 //! their originals and a revert gives the cores back exactly.
 
