@@ -6,13 +6,12 @@
 //! [`crate::paths::DEFAULT_BPFFS_ROOT`]), one directory per interface ([`Pins`]). Pinned links
 //! keep the programs attached when the agent exits, so a restarted agent finds them.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-
-use std::collections::BTreeSet;
 
 use hoststack_crds::XdpProgram;
 
