@@ -114,15 +114,30 @@ impl std::io::Write for Log {
     }
 }
 
-#[tokio::test]
-async fn each_assignment_is_logged_with_the_tuning_the_node_and_the_revision() {
-    let log = Log::default();
+/// This thread's log lines from now until the guard drops go to `log`.
+///
+/// tracing caches each call site's interest process-wide, computed when the site first runs.
+/// While at most one dispatcher exists, it asks only the registering thread's subscriber, so a
+/// test on another thread without one would cache "never" for the operator's call sites and this
+/// thread's subscriber would see nothing. A second dispatcher that wants everything (a bare
+/// registry) makes every registration ask all dispatchers, and the rebuild after installing ours
+/// re-asks the sites cached before.
+fn capture(log: &Log) -> (tracing::Dispatch, tracing::subscriber::DefaultGuard) {
+    let anchor = tracing::Dispatch::new(tracing_subscriber::registry());
     let writer = log.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    (anchor, guard)
+}
+
+#[tokio::test]
+async fn each_assignment_is_logged_with_the_tuning_the_node_and_the_revision() {
+    let log = Log::default();
+    let _logging = capture(&log);
     let edge = finalized(tuning("edge", "edge", "1"));
     let revision = edge.spec.config.revision();
     let waiting = spec_on("edge", None, RolloutPhase::Baseline);
