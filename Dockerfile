@@ -23,12 +23,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# No `--features hoststack-agent/test-hooks`: the users' agent has no test hooks (no
+# --step-delay, no HOSTSTACK_DPDK_UNBIND_PAUSE); node-agent/tests/test_hooks.rs proves it.
 RUN cargo build --release --locked -p hoststack-operator -p hoststack-agent \
  && mkdir -p /out/usr/local/bin \
  && cp target/release/hoststack-operator target/release/hoststack-agent /out/usr/local/bin/
 
 # The lab's images, built by scripts/build-images.sh with buildah from a context directory it
-# fills on the host (static musl binaries, a static pause program): nothing is pulled.
+# fills on the host (static musl binaries, a static pause program): nothing is pulled. Its agent
+# is built with the test hooks (hoststack-agent's `test-hooks` feature) that the lab's tests use.
 FROM scratch AS lab
 COPY rootfs/ /
 LABEL org.opencontainers.image.title="hoststack (lab build)" \

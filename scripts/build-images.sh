@@ -14,7 +14,8 @@
 # copied in at their paths.
 #
 # The Dockerfile's `lab` and `lab-pause` targets copy what this script builds on the host:
-# hoststack-operator and hoststack-agent for x86_64-unknown-linux-musl (static; their own
+# hoststack-operator and hoststack-agent (with its test hooks, the `test-hooks` feature, which
+# the lab's tests use and the users' image lacks) for x86_64-unknown-linux-musl (static; their own
 # target dir under the cache, so they never wait on the workspace's cargo lock) and
 # e2e/pause/pause.c compiled with `gcc -static`. buildah uses the vfs driver and a storage root
 # under the cache, and its copies are removed once exported.
@@ -41,7 +42,7 @@ if [ -z "${HOSTSTACK_IMAGE_BINARIES:-}" ]; then
   # ring compiles C: with musl's gcc wrapper (Debian's musl-tools).
   CC_x86_64_unknown_linux_musl=${CC_x86_64_unknown_linux_musl:-musl-gcc} \
   CARGO_TARGET_DIR=$MUSL_TARGET_DIR cargo build --quiet --release --locked --target "$TARGET" \
-    -p hoststack-operator -p hoststack-agent >&2
+    -p hoststack-operator -p hoststack-agent --features hoststack-agent/test-hooks >&2
   BINARIES=$MUSL_TARGET_DIR/$TARGET/release
 else
   BINARIES=$HOSTSTACK_IMAGE_BINARIES

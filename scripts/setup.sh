@@ -66,5 +66,7 @@ done
 CONTROL_PLANE_BIN=$(scripts/build-control-plane.sh)
 log "control plane binaries in $CONTROL_PLANE_BIN"
 
-log "building the workspace's binaries"
-cargo build --workspace --bins --quiet
+# The lab's agent carries its test hooks (hoststack-agent's `test-hooks` feature: --step-delay,
+# the DPDK unbind pause), which the end-to-end tests use; a user's build has none (Dockerfile).
+log "building the workspace's binaries (the agent with its test hooks)"
+cargo build --workspace --bins --features hoststack-agent/test-hooks --quiet

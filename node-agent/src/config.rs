@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::duration::{parse_duration, parse_nonzero_duration};
+#[cfg(feature = "test-hooks")]
+use crate::duration::parse_duration;
+use crate::duration::parse_nonzero_duration;
 
 /// hoststack-agent: applies this node's NodeTuning to the host and reports back.
 #[derive(Parser, Debug, Clone, PartialEq)]
@@ -27,8 +29,14 @@ pub struct Config {
     /// the host, so this is also how often drift is checked.
     #[arg(long, default_value = "30s", value_parser = parse_nonzero_duration)]
     pub resync_interval: Duration,
-    /// Pause after each host write (e.g. 200ms); tests use it to interrupt a transaction.
-    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    /// Pause after each host write (e.g. 200ms), so that a test can interrupt a transaction.
+    /// A test hook: only a build with the `test-hooks` feature (the lab's) has the flag; in any
+    /// other build it is zero.
+    #[cfg_attr(
+        feature = "test-hooks",
+        arg(long, default_value = "0ms", value_parser = parse_duration)
+    )]
+    #[cfg_attr(not(feature = "test-hooks"), arg(skip))]
     pub step_delay: Duration,
     /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
     #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], hoststack_crds::AGENT_METRICS_PORT)))]
@@ -77,8 +85,6 @@ mod tests {
             "/tmp/s",
             "--resync-interval",
             "5s",
-            "--step-delay",
-            "300ms",
             "--bpffs-root",
             "/tmp/bpffs/node-a",
         ])
@@ -86,7 +92,22 @@ mod tests {
         assert_eq!(c.node_name, "node-a");
         assert_eq!(c.proc_root, PathBuf::from("/host/proc"));
         assert_eq!(c.resync_interval, Duration::from_secs(5));
-        assert_eq!(c.step_delay, Duration::from_millis(300));
         assert_eq!(c.bpffs_root, PathBuf::from("/tmp/bpffs/node-a"));
+        assert_eq!(c.step_delay, Duration::ZERO);
+    }
+
+    /// Any other build refuses the flag: tests/test_hooks.rs, on the binary.
+    #[cfg(feature = "test-hooks")]
+    #[test]
+    fn a_test_hooks_build_takes_a_step_delay() {
+        let c = Config::try_parse_from([
+            "hoststack-agent",
+            "--node-name",
+            "n",
+            "--step-delay",
+            "300ms",
+        ])
+        .expect("flags parse");
+        assert_eq!(c.step_delay, Duration::from_millis(300));
     }
 }

@@ -58,7 +58,7 @@ pub struct AgentPod {
     #[arg(long = "agent-api-server-port", requires = "api_server_host")]
     pub api_server_port: Option<u16>,
     /// One more argument for the agent, after the operator's own (repeatable, in order), e.g.
-    /// `--agent-extra-arg=--step-delay=3s`.
+    /// `--agent-extra-arg=--resync-interval=10s`.
     #[arg(long = "agent-extra-arg", allow_hyphen_values = true)]
     pub extra_args: Vec<String>,
 }
@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn extra_args_follow_the_operators_own_in_order() {
         let pod = pod_of(&[
-            "--agent-extra-arg=--step-delay=3s",
+            "--agent-extra-arg=--resync-interval=10s",
             "--agent-extra-arg",
             "--metrics-bind-address=0.0.0.0:9500",
         ]);
@@ -270,7 +270,7 @@ mod tests {
                 "--proc-root=/host/proc",
                 "--sys-root=/host/sys",
                 "--state-dir=/var/lib/hoststack",
-                "--step-delay=3s",
+                "--resync-interval=10s",
                 "--metrics-bind-address=0.0.0.0:9500",
             ]
         );

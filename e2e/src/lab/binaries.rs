@@ -1,8 +1,13 @@
 //! Where the lab finds its programs: the control plane (cached outside the repo by
 //! scripts/build-control-plane.sh) and the workspace's own binaries (the cargo target dir).
+//! The lab's agent is built with the test hooks (the `test-hooks` feature of hoststack-agent:
+//! `--step-delay`, the DPDK unbind pause), which the tests use and a user's build lacks.
 
 use crate::{command, Error, Result};
 use std::path::{Path, PathBuf};
+
+/// The cargo feature that gives the agent its test hooks.
+const AGENT_TEST_HOOKS: &str = "hoststack-agent/test-hooks";
 
 /// Default directory of the control-plane binaries.
 const CONTROL_PLANE_DEFAULT: &str = "/var/cache/hoststack/bin";
@@ -26,8 +31,9 @@ impl Binaries {
     /// /var/cache/hoststack/bin) and the workspace binaries (env `HOSTSTACK_BIN_DIR`, else the
     /// directory of the running executable, leaving `deps/`). When the workspace binaries are
     /// taken from the target dir and `HOSTSTACK_LAB_BUILD` is not `0`, runs `cargo build` for
-    /// the operator, agent and kubectl plugin first, so a test never runs stale binaries. `workload`: whether
-    /// operator and agent are needed at all.
+    /// the operator, agent (with its test hooks) and kubectl plugin first, so a test never runs
+    /// stale binaries; an agent without the test hooks is refused with the command that builds
+    /// one. `workload`: whether operator and agent are needed at all.
     pub fn locate(workload: bool) -> Result<Binaries> {
         let cp = control_plane_dir();
         let explicit = std::env::var_os("HOSTSTACK_BIN_DIR").map(PathBuf::from);
@@ -69,6 +75,7 @@ impl Binaries {
                     )));
                 }
             }
+            require_test_hooks(&bins.agent)?;
         }
         Ok(bins)
     }
@@ -125,6 +132,8 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
             "-p",
             "userstack-runner",
             "--bins",
+            "--features",
+            AGENT_TEST_HOOKS,
         ],
     );
     if bin_dir.file_name().is_some_and(|n| n == "release") {
@@ -135,6 +144,24 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
     }
     build.current_dir(repo_root());
     command::run(&mut build, None).map(drop)
+}
+
+/// Fails unless `agent` was built with [`AGENT_TEST_HOOKS`]: its `--help` lists `--step-delay`.
+/// (`cargo test` of the workspace without the feature replaces target/debug/hoststack-agent
+/// with an agent that has none.)
+fn require_test_hooks(agent: &Path) -> Result<()> {
+    let help = command::run(
+        &mut command::cmd(&agent.display().to_string(), &["--help"]),
+        None,
+    )?;
+    if help.contains("--step-delay") {
+        return Ok(());
+    }
+    Err(Error::Setup(format!(
+        "{} was built without its test hooks, which the lab's tests use: run `cargo build \
+         --workspace --bins --features {AGENT_TEST_HOOKS}` (scripts/setup.sh does)",
+        agent.display()
+    )))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -292,6 +292,7 @@ pub fn write(host: &Host, target: &str, value: &str) -> io::Result<()> {
     if current.as_deref() != Some(driver) {
         if current.is_some() {
             files.write(&dev.join("driver/unbind"), pci.as_bytes())?;
+            #[cfg(feature = "test-hooks")]
             pause_after_unbind();
         }
         if driver != "none" {
@@ -322,9 +323,12 @@ pub fn write(host: &Host, target: &str, value: &str) -> io::Result<()> {
 /// Environment variable of the kill tests' hook: a pause (e.g. `30s`) between unbinding a
 /// device and probing it again, the one moment a device has no driver, so that a test can
 /// SIGKILL the agent there and prove the journal finishes or undoes the bind after a restart.
+/// Only a build with the `test-hooks` feature (the lab's) reads it.
+#[cfg(feature = "test-hooks")]
 pub const UNBIND_PAUSE_ENV: &str = "HOSTSTACK_DPDK_UNBIND_PAUSE";
 
-/// Sleeps for [`UNBIND_PAUSE_ENV`] when it is set (never in production).
+/// Sleeps for [`UNBIND_PAUSE_ENV`] when it is set.
+#[cfg(feature = "test-hooks")]
 fn pause_after_unbind() {
     let pause = std::env::var(UNBIND_PAUSE_ENV)
         .ok()
