@@ -49,6 +49,33 @@ fn desired() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The sysctl originals in `node`'s journal (`originals`, docs/agent.md), each value with its
+/// runs of whitespace collapsed to one space as [`Lab::sysctl`] reads them.
+fn journaled_originals(lab: &Lab, node: &str) -> BTreeMap<String, String> {
+    let path = lab.agent_state_dir(node).join("journal.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let journal: serde_json::Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{} is not JSON ({e}): {text}", path.display()));
+    let entries = journal["originals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no originals in {text}"));
+    let mut originals = BTreeMap::new();
+    for entry in entries {
+        assert_eq!(entry["kind"], "sysctl", "{text}");
+        let (key, value) = (entry["target"].as_str(), entry["value"].as_str());
+        let (Some(key), Some(value)) = (key, value) else {
+            panic!("a malformed original {entry} in {text}");
+        };
+        let value = value.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            originals.insert(key.to_string(), value).is_none(),
+            "{key} is journaled twice: {text}"
+        );
+    }
+    originals
+}
+
 fn node_state(lab: &Lab, node: &str) -> String {
     jsonpath(lab, &["get", "nodetuning", node], "{.status.state}")
 }
@@ -313,17 +340,13 @@ fn an_agent_killed_mid_transaction_ends_all_or_nothing() {
         mid != originals && mid != desired(),
         "killed in between: {mid:?}"
     );
-    let journal = std::fs::read_dir(lab.agent_state_dir("node-a"))
-        .expect("state dir")
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .collect::<String>();
-    for (key, value) in &originals {
-        let first_word = value.split(' ').next().unwrap_or_default();
-        assert!(
-            journal.contains(key) && journal.contains(first_word),
-            "the journal holds the original of {key}: {journal}"
-        );
-    }
+    // The journal holds every original, whole (the kernel's tabs as the lab's spaces), and
+    // only those: none lost, none replaced by a desired value.
+    assert_eq!(
+        journaled_originals(&lab, "node-a"),
+        originals,
+        "the journal's originals"
+    );
 
     lab.start_agent("node-a", &[]);
     wait_progress(&lab, "slow", "1/1");
