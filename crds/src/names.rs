@@ -14,6 +14,10 @@ pub const DEFAULT_NAMESPACE: &str = "hoststack-system";
 /// host's network.
 pub const AGENT_METRICS_PORT: u16 = 9478;
 
+/// The Lease that elects the one active operator replica (the operator's default
+/// `--lease-name`, in its namespace).
+pub const OPERATOR_LEASE: &str = "hoststack-operator";
+
 /// Field manager of the operator's server-side applies.
 pub const OPERATOR_FIELD_MANAGER: &str = "hoststack-operator";
 

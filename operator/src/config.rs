@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     pub revert_timeout: Duration,
     /// Name of the Lease that elects the one active replica.
-    #[arg(long, default_value = "hoststack-operator")]
+    #[arg(long, default_value = hoststack_crds::OPERATOR_LEASE)]
     pub lease_name: String,
     /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
     #[arg(long, default_value = "0.0.0.0:8080")]

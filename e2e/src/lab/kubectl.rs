@@ -95,7 +95,39 @@ impl Kubectl {
 
     /// A kube client with admin credentials. Needs a tokio runtime.
     pub async fn client(&self) -> Result<kube::Client> {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.admin)
+        self.client_as(&self.admin).await
+    }
+
+    /// A JSON merge patch of NodeTuning `node` with the credentials in `kubeconfig` under
+    /// `field_manager`: one PATCH, no GET first. `Ok(Err(message))` when the API server refuses
+    /// it.
+    pub fn merge_patch_node_tuning(
+        &self,
+        kubeconfig: &Path,
+        node: &str,
+        field_manager: &str,
+        patch: &serde_json::Value,
+    ) -> Result<std::result::Result<(), String>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("starting a tokio runtime", e))?;
+        runtime.block_on(async {
+            let client = self.client_as(kubeconfig).await?;
+            let params = kube::api::PatchParams {
+                field_manager: Some(field_manager.to_string()),
+                ..Default::default()
+            };
+            let written = kube::Api::<hoststack_crds::NodeTuning>::all(client)
+                .patch(node, &params, &kube::api::Patch::Merge(patch))
+                .await;
+            Ok(written.map(drop).map_err(|e| e.to_string()))
+        })
+    }
+
+    /// A kube client with the credentials in `kubeconfig`. Needs a tokio runtime.
+    async fn client_as(&self, kubeconfig: &Path) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
             .map_err(|e| Error::Kube(e.to_string()))?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await

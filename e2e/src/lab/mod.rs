@@ -147,6 +147,21 @@ impl Lab {
         self.kubeconfigs.agent_of(node)
     }
 
+    /// A kubeconfig with a token (24 h) of ServiceAccount `account` in [`NAMESPACE`], which is
+    /// made if missing: an identity of the test's own, with whatever RBAC the test binds to
+    /// `system:serviceaccount:hoststack-system:<account>` (e.g. `kubectl hoststack plan`'s).
+    pub fn service_account_kubeconfig(&self, account: &str) -> PathBuf {
+        let ca = control_plane::pki::ca_cert(&self.dir.join("pki"));
+        self.kubeconfigs
+            .mint_account(account, &self.kubectl, self.api_url(), &ca)
+            .unwrap_or_else(|e| panic!("minting a token of ServiceAccount {account}: {e}"))
+    }
+
+    /// Runs kubectl with the credentials in `kubeconfig`, with `stdin` as its standard input.
+    pub fn kubectl_with(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+        self.kubectl.output_as(kubeconfig, args, stdin)
+    }
+
     /// Runs kubectl with `node`'s agent credentials ([`Lab::agent_kubeconfig`]).
     pub fn kubectl_as_agent_of(&self, node: &str, args: &[&str], stdin: Option<&str>) -> Output {
         self.kubectl
@@ -229,6 +244,16 @@ impl Lab {
         &self.nodes.get(node).state_dir
     }
 
+    /// The API server's audit log so far (`logs/audit.log`), one `audit.k8s.io/v1` Event per
+    /// write request in the order written: `user` (username, groups, extra: a pod-bound
+    /// token's `authentication.kubernetes.io/pod-name`), `verb`, `objectRef`, `responseStatus`,
+    /// `requestReceivedTimestamp`; the operators' election Lease also with `requestObject` and
+    /// `responseObject`. Reads are not recorded.
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        let path = control_plane::audit::log_path(&self.dir);
+        control_plane::audit::events(&path).unwrap_or_else(|e| panic!("the audit log: {e}"))
+    }
+
     /// The log file of a lab process: "etcd", "kube-apiserver", "operator" or "agent-<node>".
     pub fn log_path(&self, process: &str) -> PathBuf {
         crate::process::log_path(&self.dir, process)
@@ -257,6 +282,23 @@ impl Lab {
     /// A kube client with admin credentials. Needs a tokio runtime.
     pub async fn client(&self) -> Result<kube::Client> {
         self.kubectl.client().await
+    }
+
+    /// A JSON merge patch of NodeTuning `node` with the credentials in `kubeconfig` (e.g.
+    /// [`Lab::kubeconfig_of`]`(Identity::Operator)`), under `field_manager`, sent as the
+    /// operator and the plugin send theirs: one PATCH and no GET first, which `kubectl patch`
+    /// makes and neither the operator's nor the planner's RBAC allows. `Err` with the API
+    /// server's message when it refuses the patch; panics when it cannot be sent.
+    pub fn merge_patch_node_tuning(
+        &self,
+        kubeconfig: &Path,
+        node: &str,
+        field_manager: &str,
+        patch: &serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        self.kubectl
+            .merge_patch_node_tuning(kubeconfig, node, field_manager, patch)
+            .unwrap_or_else(|e| panic!("patching NodeTuning {node}: {e}"))
     }
 
     /// Runs kubectl with the admin kubeconfig.
@@ -353,11 +395,24 @@ impl Lab {
         self.workloads.start_operator(&self.spawner)
     }
 
+    /// Sends `signal` to the lab's operator (e.g. SIGKILL: it dies holding its lease). For
+    /// Kill, Term and Int it waits until the operator has exited and returns its exit status;
+    /// for Stop and Cont it returns `None` at once. Panics if the operator is not running.
+    pub fn kill_operator(&self, signal: Signal) -> Option<ExitStatus> {
+        self.workloads.kill_operator(signal)
+    }
+
     /// Starts one more operator replica with leader-election identity `pod_name`: the lab
-    /// operator's arguments and credentials, log `operator-<pod_name>`, listed by
-    /// [`Lab::processes`] as "operator <pod_name>", stopped with the lab. Panics if a replica
-    /// of that name runs.
+    /// operator's arguments, the operator's ServiceAccount with a token bound to a Pod named
+    /// `pod_name` (so its requests carry `authentication.kubernetes.io/pod-name` in the audit
+    /// log, [`Lab::audit_events`], as a Deployment pod's projected token does), log
+    /// `operator-<pod_name>`, listed by [`Lab::processes`] as "operator <pod_name>", stopped
+    /// with the lab. Panics if a replica of that name runs.
     pub fn start_operator_replica(&self, pod_name: &str) {
+        let ca = control_plane::pki::ca_cert(&self.dir.join("pki"));
+        self.kubeconfigs
+            .mint_replica(pod_name, &self.kubectl, self.api_url(), &ca)
+            .unwrap_or_else(|e| panic!("minting operator replica {pod_name}'s token: {e}"));
         self.workloads.start_replica(&self.spawner, pod_name)
     }
 
@@ -455,6 +510,36 @@ impl Lab {
     /// (e.g. `&["install", "hoststack", chart, "-n", NAMESPACE, "--create-namespace"]`).
     pub fn helm(&self, args: &[&str]) -> Output {
         self.kubectl.helm(args)
+    }
+
+    /// Sends `signal` to every process named `program` (its `comm`, e.g. "hoststack-agent") in
+    /// the pods of real node `node`, e.g. SIGKILL to the agent container's process in the
+    /// middle of a transaction (a pod delete sends SIGTERM, which lets it finish); their pids.
+    /// Panics when `node` is not a real node.
+    pub fn signal_pod_processes(&self, node: &str, program: &str, signal: Signal) -> Vec<u32> {
+        let pids = self
+            .real_nodes
+            .as_ref()
+            .and_then(|pool| pool.pod_processes(node, program))
+            .unwrap_or_else(|| panic!("{node} is not a real node of this lab"));
+        for &pid in &pids {
+            crate::process::send_signal(pid, signal)
+                .unwrap_or_else(|e| panic!("signalling {program} ({pid}) on {node}: {e}"));
+        }
+        pids
+    }
+
+    /// Reads the file at `path` inside real node `node`'s own mount namespace (e.g. the agent's
+    /// journal, `/var/lib/hoststack/journal.json`, on the node's private /var/lib/hoststack).
+    /// Panics when `node` is not a running real node or the file cannot be read.
+    pub fn read_real_node_file(&mut self, node: &str, path: &str) -> String {
+        let seen = self
+            .real_nodes
+            .as_mut()
+            .and_then(|pool| pool.node_path(node, Path::new(path)))
+            .unwrap_or_else(|| panic!("{node} is not a running real node of this lab"));
+        std::fs::read_to_string(&seen)
+            .unwrap_or_else(|e| panic!("reading {path} on {node} ({}): {e}", seen.display()))
     }
 
     /// The processes of the real nodes as (name, pid): kube-controller-manager,

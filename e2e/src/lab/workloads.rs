@@ -83,17 +83,20 @@ impl Workloads {
     /// restarted operator takes its lease back at once instead of waiting for it to expire.
     pub fn spawn_operator(&self, spawner: &Spawner) -> Result<()> {
         let pod_name = format!("hoststack-operator-lab{}-0", self.launch.index);
-        let operator = self.spawn_operator_process(spawner, "operator", &pod_name)?;
+        let kubeconfig = self.launch.kubeconfigs.of(Identity::Operator).to_path_buf();
+        let operator = self.spawn_operator_process(spawner, "operator", &pod_name, &kubeconfig)?;
         self.running().operator = Some(operator);
         Ok(())
     }
 
-    /// An operator process named `name` with leader-election identity `pod_name`.
+    /// An operator process named `name` with leader-election identity `pod_name` and the
+    /// credentials in `kubeconfig`.
     fn spawn_operator_process(
         &self,
         spawner: &Spawner,
         name: &str,
         pod_name: &str,
+        kubeconfig: &Path,
     ) -> Result<Managed> {
         let launch = &self.launch;
         let mut argv = args(&[
@@ -113,7 +116,7 @@ impl Workloads {
         argv.extend(args(&["--metrics-bind-address", &addr]));
         argv.extend(launch.operator_args.iter().cloned());
         let env = vec![
-            env_var("KUBECONFIG", launch.kubeconfigs.of(Identity::Operator)),
+            env_var("KUBECONFIG", kubeconfig),
             env_var("POD_NAME", pod_name),
         ];
         spawner.spawn(name, &launch.operator, &argv, &env)
@@ -131,6 +134,26 @@ impl Workloads {
             .unwrap_or_else(|e| panic!("starting the operator: {e}"));
     }
 
+    /// Sends `signal` to the operator and, for Kill, Term and Int, waits until it has exited
+    /// (panicking after 10 s); its exit status, `None` for Stop and Cont. Panics if it does not
+    /// run.
+    pub fn kill_operator(&self, signal: Signal) -> Option<ExitStatus> {
+        let mut running = self.running();
+        let operator = running.operator.as_mut().expect("the operator was started");
+        assert!(operator.exited().is_none(), "the operator is running");
+        operator
+            .signal(signal)
+            .unwrap_or_else(|e| panic!("signalling the operator: {e}"));
+        if matches!(signal, Signal::Stop | Signal::Cont) {
+            return None;
+        }
+        let status = operator
+            .wait_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("the operator did not exit after {signal:?}"));
+        running.operator = None;
+        Some(status)
+    }
+
     /// Stops the operator (SIGTERM, then SIGKILL after 5 s), if it runs.
     pub fn stop_operator(&self) {
         let operator = self.running().operator.take();
@@ -141,8 +164,9 @@ impl Workloads {
         }
     }
 
-    /// Starts one more operator replica with leader-election identity `pod_name`; panics if a
-    /// replica of that name runs.
+    /// Starts one more operator replica with leader-election identity `pod_name` and its own
+    /// kubeconfig ([`Kubeconfigs::replica_of`], minted beforehand); panics if a replica of that
+    /// name runs.
     pub fn start_replica(&self, spawner: &Spawner, pod_name: &str) {
         let running = self
             .running()
@@ -150,8 +174,14 @@ impl Workloads {
             .get_mut(pod_name)
             .is_some_and(|p| p.exited().is_none());
         assert!(!running, "operator replica {pod_name} is already running");
+        let kubeconfig = self.launch.kubeconfigs.replica_of(pod_name);
         let replica = self
-            .spawn_operator_process(spawner, &format!("operator {pod_name}"), pod_name)
+            .spawn_operator_process(
+                spawner,
+                &format!("operator {pod_name}"),
+                pod_name,
+                &kubeconfig,
+            )
             .unwrap_or_else(|e| panic!("starting operator replica {pod_name}: {e}"));
         self.running()
             .replicas

@@ -3,7 +3,8 @@
 //! [`NAMESPACE`], minted once the API server runs, so that the operator and agents run with the
 //! chart's least-privilege RBAC. A node's agent gets a token bound to a Pod on that node, so it
 //! carries the node-name claim that the chart's write guard checks (as a DaemonSet pod's
-//! projected token does).
+//! projected token does); an extra operator replica gets one bound to a Pod of its own name, so
+//! that the audit log tells its requests from the lab operator's (the pod-name claim).
 
 use super::pki::{self, Pki};
 use crate::lab::kubectl::Kubectl;
@@ -60,6 +61,11 @@ impl Kubeconfigs {
         self.lab_dir.join(format!("agent-{node}.kubeconfig"))
     }
 
+    /// The kubeconfig of operator replica `pod_name` (a token bound to a Pod of that name).
+    pub fn replica_of(&self, pod_name: &str) -> PathBuf {
+        self.lab_dir.join(format!("operator-{pod_name}.kubeconfig"))
+    }
+
     /// Writes the admin kubeconfig for the API server at `api_url`.
     pub fn write_admin(&self, api_url: &str, pki: &Pki) -> Result<()> {
         pki::write_kubeconfig(
@@ -103,6 +109,44 @@ impl Kubeconfigs {
         Ok(())
     }
 
+    /// Makes ServiceAccount `account` in [`NAMESPACE`] (if it is missing), mints a token of it
+    /// (24 h) and writes `<lab dir>/sa-<account>.kubeconfig`; its path. For identities of a
+    /// test's own, e.g. the RBAC that `kubectl hoststack plan` documents.
+    pub fn mint_account(
+        &self,
+        account: &str,
+        kubectl: &Kubectl,
+        api_url: &str,
+        ca: &Path,
+    ) -> Result<PathBuf> {
+        let object = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": NAMESPACE},
+        });
+        kubectl.run(&["apply", "-f", "-"], Some(&format!("{object}\n")))?;
+        let token = kubectl.run(
+            &[
+                "create",
+                "token",
+                account,
+                "-n",
+                NAMESPACE,
+                "--duration=24h",
+            ],
+            None,
+        )?;
+        let path = self.lab_dir.join(format!("sa-{account}.kubeconfig"));
+        pki::write_kubeconfig(
+            &path,
+            api_url,
+            ca,
+            account,
+            pki::Credentials::Token(token.trim()),
+        )?;
+        Ok(path)
+    }
+
     /// Makes `node`'s token Pod (which no kubelet runs: it stays Pending), mints an agents'
     /// token bound to it (24 h) and writes `node`'s agent kubeconfig.
     pub fn mint_agent_of(
@@ -112,20 +156,12 @@ impl Kubeconfigs {
         api_url: &str,
         ca: &Path,
     ) -> Result<()> {
-        kubectl.run(&["apply", "-f", "-"], Some(&token_pod_object(node)))?;
-        let token = kubectl.run(
-            &[
-                "create",
-                "token",
-                "hoststack-agent",
-                "-n",
-                NAMESPACE,
-                "--bound-object-kind=Pod",
-                &format!("--bound-object-name={}", token_pod(node)),
-                "--duration=24h",
-            ],
-            None,
-        )?;
+        let anchor = TokenPod {
+            name: &format!("hoststack-agent-token-{node}"),
+            account: "hoststack-agent",
+            node: Some(node),
+        };
+        let token = anchor.mint(kubectl)?;
         pki::write_kubeconfig(
             &self.agent_of(node),
             api_url,
@@ -134,33 +170,78 @@ impl Kubeconfigs {
             pki::Credentials::Token(token.trim()),
         )
     }
+
+    /// Makes the token Pod `pod_name` (bound to no node, run by nothing), mints an operator
+    /// token bound to it (24 h) and writes replica `pod_name`'s kubeconfig.
+    pub fn mint_replica(
+        &self,
+        pod_name: &str,
+        kubectl: &Kubectl,
+        api_url: &str,
+        ca: &Path,
+    ) -> Result<()> {
+        let anchor = TokenPod {
+            name: pod_name,
+            account: "hoststack-operator",
+            node: None,
+        };
+        let token = anchor.mint(kubectl)?;
+        pki::write_kubeconfig(
+            &self.replica_of(pod_name),
+            api_url,
+            ca,
+            "hoststack-operator",
+            pki::Credentials::Token(token.trim()),
+        )
+    }
 }
 
-/// Name of the Pod that `node`'s agent token is bound to.
-fn token_pod(node: &str) -> String {
-    format!("hoststack-agent-token-{node}")
+/// A Pod that only anchors a bound service-account token: the API server puts the Pod's name
+/// (and, with a nodeName, the node's) into tokens bound to it. No kubelet runs it (an image
+/// that never pulls, every taint tolerated so that no controller evicts it).
+struct TokenPod<'a> {
+    name: &'a str,
+    account: &'a str,
+    node: Option<&'a str>,
 }
 
-/// A Pod on `node` that only anchors its agent's bound token: the API server puts the node's
-/// name into tokens bound to a Pod with a nodeName. No kubelet runs it (an image that never
-/// pulls, every taint tolerated so that no controller evicts it).
-fn token_pod_object(node: &str) -> String {
-    let object = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": token_pod(node), "namespace": NAMESPACE},
-        "spec": {
-            "nodeName": node,
-            "serviceAccountName": "hoststack-agent",
-            "automountServiceAccountToken": false,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-                "name": "token-anchor",
-                "image": "hoststack.invalid/token-anchor",
-                "imagePullPolicy": "Never"
-            }]
-        }
-    });
-    // JSON is YAML.
-    format!("{object}\n")
+impl TokenPod<'_> {
+    /// Creates (or keeps) the Pod and mints a 24 h token of its account bound to it.
+    fn mint(&self, kubectl: &Kubectl) -> Result<String> {
+        kubectl.run(&["apply", "-f", "-"], Some(&self.object()))?;
+        kubectl.run(
+            &[
+                "create",
+                "token",
+                self.account,
+                "-n",
+                NAMESPACE,
+                "--bound-object-kind=Pod",
+                &format!("--bound-object-name={}", self.name),
+                "--duration=24h",
+            ],
+            None,
+        )
+    }
+
+    fn object(&self) -> String {
+        let object = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name, "namespace": NAMESPACE},
+            "spec": {
+                "nodeName": self.node,
+                "serviceAccountName": self.account,
+                "automountServiceAccountToken": false,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{
+                    "name": "token-anchor",
+                    "image": "hoststack.invalid/token-anchor",
+                    "imagePullPolicy": "Never"
+                }]
+            }
+        });
+        // JSON is YAML.
+        format!("{object}\n")
+    }
 }

@@ -1,8 +1,10 @@
 //! The control plane and its PKI: etcd on the lab's own loopback address, kube-apiserver on
-//! the bridge address (so agents inside node namespaces reach it), the certificates they use
-//! ([`pki`]) and the kubeconfigs that reach the API server ([`kubeconfigs`]). It comes up
+//! the bridge address (so agents inside node namespaces reach it) with its audit log
+//! ([`audit`]), the certificates they use ([`pki`]) and the kubeconfigs that reach the API
+//! server ([`kubeconfigs`]). It comes up
 //! first and goes down last: the API server before etcd, which it hangs in shutdown without.
 
+pub(crate) mod audit;
 pub(crate) mod kubeconfigs;
 pub(crate) mod pki;
 
@@ -75,7 +77,8 @@ impl ControlPlane {
     }
 
     /// Starts kube-apiserver on `bridge` (port 6443 if free there, else any free port), with
-    /// etcd as its storage and `pki`'s certificates; it is not ready yet when this returns.
+    /// etcd as its storage, `pki`'s certificates and the lab's audit log ([`audit`]); it is not
+    /// ready yet when this returns.
     pub fn start_apiserver(
         &mut self,
         spawner: &Spawner,
@@ -90,7 +93,7 @@ impl ControlPlane {
         };
         self.api_url = format!("https://{bridge}:{}", self.api_port);
         let p = |path: &Path| path.display().to_string();
-        let apiserver_args = args(&[
+        let mut apiserver_args = args(&[
             &format!("--etcd-servers={}", self.etcd_url),
             &format!("--bind-address={bridge}"),
             &format!("--advertise-address={bridge}"),
@@ -112,6 +115,7 @@ impl ControlPlane {
             &format!("--kubelet-client-certificate={}", p(&pki.admin_cert)),
             &format!("--kubelet-client-key={}", p(&pki.admin_key)),
         ]);
+        apiserver_args.extend(audit::apiserver_flags(&self.lab_dir)?);
         let process = spawner.spawn("kube-apiserver", kube_apiserver, &apiserver_args, &[])?;
         self.processes().push(process);
         Ok(())

@@ -19,6 +19,11 @@ pub(crate) struct Pki {
     pub admin_key: PathBuf,
 }
 
+/// The CA certificate of the PKI in `dir`.
+pub(crate) fn ca_cert(dir: &Path) -> PathBuf {
+    dir.join("ca.crt")
+}
+
 /// Creates the PKI in `dir`. The serving certificate is valid for `server_ips` (besides
 /// 127.0.0.1, the service IP 198.19.255.1 and the kubernetes.default names).
 pub(crate) fn generate(dir: &Path, server_ips: &[Ipv4Addr]) -> Result<Pki> {
@@ -71,7 +76,7 @@ pub(crate) fn generate(dir: &Path, server_ips: &[Ipv4Addr]) -> Result<Pki> {
     write(&cnf, &config)?;
 
     let pki = Pki {
-        ca_cert: path("ca.crt"),
+        ca_cert: ca_cert(dir),
         serving_cert: path("apiserver.crt"),
         serving_key: path("apiserver.key"),
         sa_key: path("sa.key"),

@@ -390,6 +390,41 @@ impl Pool {
         list
     }
 
+    /// The processes named `program` (their `comm`) in the pods of node `node`: those in the
+    /// node's cgroup root. `None` when the pool has no node `node`.
+    pub fn pod_processes(&self, node: &str, program: &str) -> Option<Vec<u32>> {
+        let node = self.nodes.iter().find(|n| n.name == node)?;
+        let in_root = format!(":{}/", node.cgroup_root);
+        let pids = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let file = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}"));
+                file("comm").is_ok_and(|c| c.trim_end() == program)
+                    && file("cgroup").is_ok_and(|c| c.lines().any(|l| l.contains(&in_root)))
+            })
+            .collect();
+        Some(pids)
+    }
+
+    /// The path at which `path` inside node `node`'s mount namespace (e.g. the agent's
+    /// /var/lib/hoststack, a tmpfs of its own) is seen from here: under its holder's
+    /// `/proc/<pid>/root`. `None` when the pool has no such node or its holder is gone.
+    pub fn node_path(&mut self, node: &str, path: &Path) -> Option<PathBuf> {
+        let node = self.nodes.iter_mut().find(|n| n.name == node)?;
+        let holder = node.holder.as_mut()?;
+        holder.exited().is_none().then_some(())?;
+        let inside = path.strip_prefix("/").unwrap_or(path);
+        Some(
+            Path::new("/proc")
+                .join(holder.pid().to_string())
+                .join("root")
+                .join(inside),
+        )
+    }
+
     /// Stops the kubelets, then containerd, kills every pod (by the nodes' cgroups) and every
     /// shim, stops the holders (their mounts go with their mount namespaces), removes the
     /// cgroups, restores the host sysctls and stops the controllers. Returns the failures.
