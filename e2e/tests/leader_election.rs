@@ -1,15 +1,32 @@
-//! Two operator replicas are safe: one holds the Lease and reconciles; when it stops, the other
-//! takes the lease over and carries on.
+//! Two operator replicas are safe: one holds the Lease and reconciles; the other writes nothing
+//! until it holds the lease. The leader is SIGKILLed in the middle of a rollout, so it dies
+//! holding the lease; once the lease has expired the standby takes it and finishes the rollout
+//! without repeating or skipping a wave. Then the lab's operator comes back as the standby and
+//! takes the lease over at once when the other replica stops (SIGTERM releases the lease).
+//!
+//! Who wrote what, and when, comes from the API server's audit log ([`Lab::audit_events`]), not
+//! from a wait: the standby's token is bound to a Pod of its name, so its requests carry the
+//! `authentication.kubernetes.io/pod-name` claim that the lab operator's lack, and the election
+//! Lease is logged with its response, which names the holder after each write.
 
 use std::time::Duration;
 
-use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
+use hoststack_e2e::{Lab, LabConfig, Signal, NAMESPACE};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+/// The standby's leader-election identity (and the name of its token's Pod).
+const STANDBY: &str = "replica-2";
+/// The election Lease.
+const LEASE: &str = "hoststack-operator";
+/// How long a step may take: the lease lasts 15 s after the leader's last renewal.
+const STEP: Duration = Duration::from_secs(90);
 
 fn lease_holder(lab: &Lab) -> String {
     let out = lab.kubectl(&[
         "get",
         "lease",
-        "hoststack-operator",
+        LEASE,
         "-n",
         NAMESPACE,
         "-o",
@@ -18,60 +35,215 @@ fn lease_holder(lab: &Lab) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+fn status(lab: &Lab) -> Value {
+    lab.get_json(&["get", "networktuning", "takeover"])["status"].clone()
+}
+
+/// Which replica made a request: the standby (its token's pod-name claim) or the lab operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Replica {
+    LabOperator,
+    Standby,
+}
+
+/// One write of an operator replica, from the audit log.
+#[derive(Debug)]
+struct Write {
+    by: Replica,
+    at: Timestamp,
+    verb: String,
+    /// resource/name, e.g. "nodetunings/node-b", "leases/hoststack-operator".
+    object: String,
+    code: u64,
+    /// For the election Lease: the holder after the write, as the API server answered.
+    holder: Option<String>,
+}
+
+impl Write {
+    fn on_the_lease(&self) -> bool {
+        self.object == format!("leases/{LEASE}")
+    }
+
+    /// Whether this write made `identity` the holder of the lease.
+    fn acquired_by(&self, identity: &str) -> bool {
+        self.on_the_lease()
+            && (200..300).contains(&self.code)
+            && self.holder.as_deref() == Some(identity)
+    }
+}
+
+/// Every write of the operator's ServiceAccount in the audit log so far, in order.
+fn operator_writes(lab: &Lab) -> Vec<Write> {
+    let user = format!("system:serviceaccount:{NAMESPACE}:hoststack-operator");
+    lab.audit_events()
+        .iter()
+        .filter(|e| e["user"]["username"] == user.as_str())
+        .map(|e| {
+            let pod = &e["user"]["extra"]["authentication.kubernetes.io/pod-name"];
+            let by = if *pod == serde_json::json!([STANDBY]) {
+                Replica::Standby
+            } else {
+                assert!(pod.is_null(), "a write of an unknown replica: {e}");
+                Replica::LabOperator
+            };
+            let o = &e["objectRef"];
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            let mut object = text(&o["resource"]);
+            if let Some(sub) = o["subresource"].as_str() {
+                object = format!("{object}/{sub}");
+            }
+            Write {
+                by,
+                at: text(&e["requestReceivedTimestamp"])
+                    .parse()
+                    .unwrap_or_else(|err| panic!("a timestamp ({err}): {e}")),
+                verb: text(&e["verb"]),
+                object: format!("{object}/{}", text(&o["name"])),
+                code: e["responseStatus"]["code"].as_u64().unwrap_or_default(),
+                holder: e["responseObject"]["spec"]["holderIdentity"]
+                    .as_str()
+                    .map(str::to_string),
+            }
+        })
+        .collect()
+}
+
+/// Checks that `replica`, waiting since `since`, wrote nothing but the election Lease before
+/// the write that made `identity` its holder, and nothing at all before `not_before` (while
+/// the other replica's lease was still valid); returns when it acquired the lease.
+fn quiet_until_it_led(
+    writes: &[Write],
+    replica: Replica,
+    identity: &str,
+    since: Timestamp,
+    not_before: Timestamp,
+) -> Timestamp {
+    let mine: Vec<&Write> = writes
+        .iter()
+        .filter(|w| w.by == replica && w.at >= since)
+        .collect();
+    let acquired = mine
+        .iter()
+        .position(|w| w.acquired_by(identity))
+        .unwrap_or_else(|| panic!("{identity} never acquired the lease: {mine:#?}"));
+    for w in &mine[..acquired] {
+        assert!(
+            w.on_the_lease(),
+            "{identity} wrote before it held the lease: {w:?}"
+        );
+        assert!(
+            w.at >= not_before,
+            "{identity} wrote while the lease was still the other replica's: {w:?}"
+        );
+    }
+    let led = mine[acquired].at;
+    // It carried on, so the check above had something to be quiet about.
+    assert!(
+        mine[acquired..].iter().any(|w| !w.on_the_lease()),
+        "{identity} wrote nothing once it led: {mine:#?}"
+    );
+    led
+}
+
 #[test]
-fn a_second_replica_waits_then_takes_over() {
-    let lab = Lab::start(LabConfig::with_nodes(1)).expect("lab starts");
-    let first = lab.wait_for(
-        "the lab's operator to hold the lease",
-        Duration::from_secs(60),
-        || {
-            let holder = lease_holder(&lab);
-            (!holder.is_empty()).then_some(holder)
-        },
-    );
-    assert_ne!(first, "replica-2");
+fn a_standby_writes_nothing_until_it_takes_over_from_a_crashed_leader() {
+    let lab = Lab::start(LabConfig::with_nodes(3)).expect("lab starts");
+    let leader = lab.wait_for("the lab's operator to hold the lease", STEP, || {
+        let holder = lease_holder(&lab);
+        (!holder.is_empty()).then_some(holder)
+    });
+    assert_ne!(leader, STANDBY);
+    let original = lab.sysctl("node-b", "net.ipv4.tcp_sack");
+    assert_eq!(original, "1");
 
-    lab.start_operator_replica("replica-2");
+    let standby_started = Timestamp::now();
+    lab.start_operator_replica(STANDBY);
+    lab.wait_for("the standby to wait for the lease", STEP, || {
+        let log = std::fs::read_to_string(lab.log_path(&format!("operator-{STANDBY}"))).ok()?;
+        log.contains("waiting to lead").then_some(())
+    });
 
-    // While the first leads, the second only waits: the lease stays with the first.
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(
-        lease_holder(&lab),
-        first,
-        "the first replica keeps the lease"
-    );
-
-    lab.stop_operator();
-    lab.wait_for(
-        "replica-2 to take the lease over",
-        Duration::from_secs(60),
-        || (lease_holder(&lab) == "replica-2").then_some(()),
-    );
+    // A rollout over node-a and node-b, the leader killed while its canary pauses.
     lab.apply_yaml(
-        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata: {name: takeover}\nspec:\n  nodeSelector: {}\n  sysctls: {net.ipv4.tcp_sack: \"0\"}\n",
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata: {name: takeover}\nspec:\n  nodeSelector: {matchLabels: {pool: edge}}\n  sysctls: {net.ipv4.tcp_sack: \"0\"}\n  rollout: {canary: 1, maxUnavailable: 1, pauseAfterCanary: 10s}\n",
     )
     .expect("accepted");
-    lab.wait_for(
-        "replica-2 to reconcile the tuning to 1/1",
-        Duration::from_secs(60),
-        || {
-            let out = lab.kubectl(&[
-                "get",
-                "networktuning",
-                "takeover",
-                "-o",
-                "jsonpath={.status.progress}",
-            ]);
-            (String::from_utf8_lossy(&out.stdout) == "1/1").then_some(())
-        },
+    lab.wait_for("the canary to apply", STEP, || {
+        (status(&lab)["waves"][0]["result"] == "Applied").then_some(())
+    });
+    assert_eq!(lease_holder(&lab), leader, "the leader keeps the lease");
+    assert_eq!(
+        lab.sysctl("node-b", "net.ipv4.tcp_sack"),
+        "1",
+        "node-b waits"
     );
-    assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_sack"), "0");
+    let killed = Timestamp::now();
+    lab.kill_operator(Signal::Kill);
+
+    lab.wait_for("the standby to take the lease over", STEP, || {
+        (lease_holder(&lab) == STANDBY).then_some(())
+    });
+    let done = lab.wait_for("the standby to complete the rollout", STEP, || {
+        let s = status(&lab);
+        (s["phase"] == "Complete").then_some(s)
+    });
+    let waves: Vec<Value> = done["waves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["nodes"].clone())
+        .collect();
+    assert_eq!(
+        waves,
+        [serde_json::json!(["node-a"]), serde_json::json!(["node-b"])],
+        "no wave repeated or skipped"
+    );
+    assert_eq!(lab.sysctl("node-b", "net.ipv4.tcp_sack"), "0");
+
+    let writes = operator_writes(&lab);
+    let leader_wrote = writes
+        .iter()
+        .filter(|w| {
+            w.by == Replica::LabOperator && w.at < killed && w.object.starts_with("nodetunings/")
+        })
+        .count();
+    assert!(
+        leader_wrote > 0,
+        "the audit log shows the leader's NodeTuning writes: {writes:#?}"
+    );
+    let took_over = quiet_until_it_led(&writes, Replica::Standby, STANDBY, standby_started, killed);
+    assert!(
+        writes.iter().any(|w| w.by == Replica::Standby
+            && w.object == "nodetunings/node-b"
+            && w.verb == "patch"),
+        "the standby rolled node-b on once it led: {writes:#?}"
+    );
+    eprintln!(
+        "killed the leader at {killed}; {STANDBY} took the lease at {took_over} ({:.1} s later)",
+        took_over.duration_since(killed).as_secs_f64()
+    );
+
+    // The lab's operator comes back as the standby; stopping the leader hands over at once.
+    let restarted = Timestamp::now();
+    lab.start_operator();
+    lab.wait_for("the lab's operator to wait for the lease", STEP, || {
+        let log = std::fs::read_to_string(lab.log_path("operator")).ok()?;
+        (log.matches("waiting to lead").count() == 2).then_some(())
+    });
+    assert_eq!(lease_holder(&lab), STANDBY);
+    let stopped = Timestamp::now();
+    lab.stop_operator_replica(STANDBY);
+    lab.wait_for("the lab's operator to take the lease back", STEP, || {
+        (lease_holder(&lab) == leader).then_some(())
+    });
     let out = lab.kubectl(&["delete", "networktuning", "takeover", "--timeout=60s"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    lab.stop_operator_replica("replica-2");
+    assert_eq!(lab.sysctl("node-b", "net.ipv4.tcp_sack"), original);
+    let writes = operator_writes(&lab);
+    quiet_until_it_led(&writes, Replica::LabOperator, &leader, restarted, stopped);
     lab.stop().expect("the lab stops cleanly");
 }
