@@ -205,6 +205,7 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
         match name.as_str() {
             "minimal-values.yaml" => {
                 assert!(!has("ValidatingAdmissionPolicy/hoststack-agent-own-node"));
+                assert!(!has("ValidatingAdmissionPolicy/hoststack-node-spec-guard"));
                 assert!(
                     !kinds.iter().any(|k| k.starts_with("ConfigMap/")),
                     "{kinds:?}"
@@ -264,6 +265,10 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
                 assert!(has("ValidatingAdmissionPolicy/hoststack-agent-own-node"));
                 assert!(has(
                     "ValidatingAdmissionPolicyBinding/hoststack-agent-own-node"
+                ));
+                assert!(has("ValidatingAdmissionPolicy/hoststack-node-spec-guard"));
+                assert!(has(
+                    "ValidatingAdmissionPolicyBinding/hoststack-node-spec-guard"
                 ));
                 assert_eq!(
                     kinds.iter().filter(|k| k.starts_with("ConfigMap/")).count(),

@@ -6,9 +6,10 @@
 //! original value, not the drifted one.
 //!
 //! The operator is not started: the test writes the node's NodeTuning itself, with a field
-//! manager of its own, so that only the agent is judged. It creates the spec with the operator's
-//! ServiceAccount (server-side apply) and withdraws it as the admin: `kubectl patch` reads the
-//! object first, and the operator's role has no `get` (its controller lists and watches).
+//! manager of its own, so that only the agent is judged. It writes the spec with the operator's
+//! ServiceAccount, as the operator would (only it may write a NodeTuning's spec: the chart's spec
+//! guard): creates it by server-side apply and withdraws it with a merge patch sent without a
+//! GET first (`kubectl patch` reads the object, which the operator's role may not).
 
 use std::time::Duration;
 
@@ -60,28 +61,16 @@ fn write_spec(lab: &Lab, revision: &str, policy: &str) {
     );
 }
 
-/// Withdraws the spec (no tuning, no config): the agent reverts.
+/// Withdraws the spec (no tuning, no config) as the operator would: the agent reverts.
 fn withdraw(lab: &Lab) {
-    let out = lab.kubectl_as(
-        Identity::Admin,
-        &[
-            "patch",
-            "nodetuning",
-            NODE,
-            "--type",
-            "json",
-            "--field-manager",
-            "e2e-drift",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/tuning"},{"op":"remove","path":"/spec/config"},{"op":"remove","path":"/spec/revision"}]"#,
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "withdrawing the spec: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let patch = serde_json::json!({"spec": {"tuning": null, "config": null, "revision": null}});
+    lab.merge_patch_node_tuning(
+        lab.kubeconfig_of(Identity::Operator),
+        NODE,
+        "e2e-drift",
+        &patch,
+    )
+    .unwrap_or_else(|e| panic!("withdrawing the spec: {e}"));
 }
 
 fn status(lab: &Lab) -> Value {

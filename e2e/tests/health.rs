@@ -8,9 +8,10 @@
 //! without a revision; removing the request clears `status.health` once, after which the agent
 //! writes nothing at all over several windows.
 //!
-//! The operator is not started, so only the agent is judged. The spec is created with the
-//! operator's ServiceAccount (server-side apply); the later patches go as the admin, because
-//! `kubectl patch` reads the object first and the operator's role has no `get`.
+//! The operator is not started, so only the agent is judged. The spec is written with the
+//! operator's ServiceAccount, as the operator would (only it may write a NodeTuning's spec: the
+//! chart's spec guard): created by server-side apply, then changed by merge patches sent
+//! without a GET first (`kubectl patch` reads the object, which the operator's role may not).
 
 use std::path::Path;
 use std::process::Command;
@@ -56,27 +57,9 @@ fn write_spec(lab: &Lab) {
 
 /// Moves the node to revision r2 (one more sysctl), keeping the health request.
 fn change_revision(lab: &Lab) {
-    let patch = r#"{"spec":{"revision":"r2","config":{"sysctls":{"net.core.somaxconn":"8192"}}}}"#;
-    let out = lab.kubectl_as(
-        Identity::Admin,
-        &[
-            "patch",
-            "nodetuning",
-            NODE,
-            "--type",
-            "merge",
-            "--field-manager",
-            MANAGER,
-            "-p",
-            patch,
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "patching the revision: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let patch = serde_json::json!({"spec": {"revision": "r2", "config": {"sysctls": {"net.core.somaxconn": "8192"}}}});
+    lab.merge_patch_node_tuning(lab.kubeconfig_of(Identity::Operator), NODE, MANAGER, &patch)
+        .unwrap_or_else(|e| panic!("patching the revision: {e}"));
 }
 
 /// Sets (or with `None` removes) `spec.healthRequest`.
@@ -85,27 +68,9 @@ fn ask(lab: &Lab, id: Option<&str>) {
         Some(id) => serde_json::json!({ "id": id, "window": WINDOW }),
         None => Value::Null,
     };
-    let patch = serde_json::json!({ "spec": { "healthRequest": request } }).to_string();
-    let out = lab.kubectl_as(
-        Identity::Admin,
-        &[
-            "patch",
-            "nodetuning",
-            NODE,
-            "--type",
-            "merge",
-            "--field-manager",
-            MANAGER,
-            "-p",
-            &patch,
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "patching healthRequest: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let patch = serde_json::json!({ "spec": { "healthRequest": request } });
+    lab.merge_patch_node_tuning(lab.kubeconfig_of(Identity::Operator), NODE, MANAGER, &patch)
+        .unwrap_or_else(|e| panic!("patching healthRequest: {e}"));
 }
 
 fn object(lab: &Lab) -> Value {

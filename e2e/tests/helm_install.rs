@@ -497,3 +497,8 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
     }
     lab.stop().expect("the real pool stops cleanly");
 }
+        ("validatingadmissionpolicy", "hoststack-node-spec-guard"),
+        (
+            "validatingadmissionpolicybinding",
+            "hoststack-node-spec-guard",
+        ),

@@ -1,11 +1,14 @@
 //! Least privilege, proven against the lab's real API server (RBAC and the chart's
-//! ValidatingAdmissionPolicy on): what each identity of the chart may and may not do.
+//! ValidatingAdmissionPolicies on): what each identity of the chart may and may not do, and
+//! that only the operator writes a NodeTuning's spec (the planner, and even an admin, only its
+//! `spec.preview`).
 //!
 //! The lab applies the chart's ServiceAccounts, RBAC and write guard, and gives each node's agent
 //! a token bound to a Pod on that node (`Lab::agent_kubeconfig`), as a DaemonSet pod's projected
 //! token is. No operator or agent runs here, so every write below is the test's own.
 
 use hoststack_e2e::{Identity, Lab, LabConfig, NAMESPACE};
+use std::path::Path;
 use std::process::Output;
 
 /// The committed expectation of `kubectl auth can-i --list` for every identity of the chart.
@@ -13,6 +16,9 @@ const EXPECTED_CAN_I: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/expecte
 
 /// Set to rewrite tests/expected/can-i.txt from this run instead of comparing with it.
 const BLESS: &str = "HOSTSTACK_BLESS";
+
+/// The lab admin's user name (its client certificate's CN).
+const ADMIN_USER: &str = "hoststack-lab-admin";
 
 fn lab() -> Lab {
     Lab::start(LabConfig {
@@ -309,4 +315,204 @@ fn the_operator_cannot_write_node_status_and_can_i_matches_the_expectation() {
             allowed(lab.kubectl_as_agent_of("node-a", &args, None), "can-i")
         );
     }
+}
+
+/// docs/kubectl-plugin.md, the ClusterRole `kubectl hoststack plan` needs (the YAML block after
+/// its `<!-- planner role -->` marker): the test grants exactly what the docs tell users to.
+fn documented_planner_role() -> String {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/kubectl-plugin.md"
+    ))
+    .expect("docs/kubectl-plugin.md");
+    let (_, after) = doc
+        .split_once("<!-- planner role -->")
+        .expect("docs/kubectl-plugin.md marks the planner role");
+    after
+        .split_once("```yaml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a yaml block after the marker")
+        .0
+        .to_string()
+}
+
+/// node-a's spec as the operator writes it (server-side apply as its ServiceAccount).
+fn operator_spec(lab: &Lab, sack: &str) {
+    let spec = format!(
+        r#"{{"apiVersion":"hoststack.dev/v1alpha1","kind":"NodeTuning","metadata":{{"name":"node-a"}},"spec":{{"tuning":"edge","revision":"r-{sack}","mode":"Apply","config":{{"sysctls":{{"net.ipv4.tcp_sack":"{sack}"}}}}}}}}"#
+    );
+    allowed(
+        lab.kubectl_as(
+            Identity::Operator,
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=hoststack-operator",
+                "-f",
+                "-",
+            ],
+            Some(&spec),
+        ),
+        "the operator applies node-a's spec",
+    );
+}
+
+fn spec_of(lab: &Lab, node: &str) -> serde_json::Value {
+    lab.get_json(&["get", "nodetuning", node])["spec"].clone()
+}
+
+/// The spec guard's refusal of `who` changing `fields` (and no others) of `node`'s spec.
+fn refused_spec_change(why: &str, who: &str, operation: &str, node: &str, fields: &[&str]) {
+    let (head, changed) = why
+        .split_once(", which changes ")
+        .unwrap_or_else(|| panic!("not the spec guard's refusal: {why}"));
+    assert!(
+        head.contains("ValidatingAdmissionPolicy 'hoststack-node-spec-guard'")
+            && head.ends_with(&format!(
+                "only the hoststack operator (system:serviceaccount:{NAMESPACE}:hoststack-operator) \
+                 writes a NodeTuning spec; {who} may change only spec.preview: refusing {operation} \
+                 of nodetuning {node}"
+            )),
+        "{why}"
+    );
+    let mut named: Vec<&str> = changed.trim().split(", ").collect();
+    named.sort_unstable();
+    let want: Vec<String> = fields.iter().map(|f| format!("spec.{f}")).collect();
+    assert_eq!(named, want, "{why}");
+}
+
+/// A merge patch of `node`'s NodeTuning with `kubeconfig`'s credentials, sent as the plugin
+/// sends its patches (no GET first, which the planner may not do): the API server's refusal,
+/// if any.
+fn merge_patch(lab: &Lab, kubeconfig: &Path, node: &str, body: &str) -> Result<(), String> {
+    let body: serde_json::Value = serde_json::from_str(body).expect("a JSON patch body");
+    lab.merge_patch_node_tuning(kubeconfig, node, "e2e-security", &body)
+}
+
+#[test]
+fn only_the_operator_writes_a_spec_the_planner_only_its_preview() {
+    let lab = lab();
+    operator_spec(&lab, "0");
+    let written = spec_of(&lab, "node-a");
+
+    // The planner: the RBAC docs/kubectl-plugin.md gives `kubectl hoststack plan`, bound to a
+    // ServiceAccount of its own. RBAC lets it patch a NodeTuning, any field of it.
+    let binding = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: hoststack-planner\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: hoststack-planner\nsubjects:\n  - kind: ServiceAccount\n    name: hoststack-planner\n    namespace: {NAMESPACE}\n"
+    );
+    lab.apply_yaml(&format!("{}---\n{binding}", documented_planner_role()))
+        .expect("the planner's RBAC");
+    let planner = lab.service_account_kubeconfig("hoststack-planner");
+    let planner_user = format!("system:serviceaccount:{NAMESPACE}:hoststack-planner");
+    let can = allowed(
+        lab.kubectl_with(&planner, &["auth", "can-i", "patch", "nodetunings"], None),
+        "auth can-i",
+    );
+    assert_eq!(can, "yes");
+
+    // Its attempt to change the config: refused with the policy's message, nothing written.
+    let forged =
+        r#"{"spec":{"config":{"sysctls":{"net.ipv4.tcp_sack":"1","net.ipv4.tcp_ecn":"1"}}}}"#;
+    let why = merge_patch(&lab, &planner, "node-a", forged).expect_err("forging spec.config");
+    refused_spec_change(&why, &planner_user, "UPDATE", "node-a", &["config"]);
+    // Or the revision and the mode, or withdrawing the config: the same.
+    let why = merge_patch(
+        &lab,
+        &planner,
+        "node-a",
+        r#"{"spec":{"revision":"r-forged","mode":"Plan"}}"#,
+    )
+    .expect_err("changing the revision and the mode");
+    refused_spec_change(
+        &why,
+        &planner_user,
+        "UPDATE",
+        "node-a",
+        &["mode", "revision"],
+    );
+    let why = merge_patch(&lab, &planner, "node-a", r#"{"spec":{"config":null}}"#)
+        .expect_err("withdrawing the config");
+    refused_spec_change(&why, &planner_user, "UPDATE", "node-a", &["config"]);
+    // A preview riding along with a config change is no better.
+    let both = r#"{"spec":{"preview":{"id":"plan-1","config":{"sysctls":{"net.ipv4.tcp_ecn":"1"}}},"config":{"sysctls":{"net.ipv4.tcp_sack":"1"}}}}"#;
+    let why =
+        merge_patch(&lab, &planner, "node-a", both).expect_err("a preview and a config change");
+    refused_spec_change(&why, &planner_user, "UPDATE", "node-a", &["config"]);
+    assert_eq!(spec_of(&lab, "node-a"), written, "nothing was written");
+
+    // A preview alone goes through, written and removed again.
+    let ask =
+        r#"{"spec":{"preview":{"id":"plan-1","config":{"sysctls":{"net.ipv4.tcp_ecn":"1"}}}}}"#;
+    merge_patch(&lab, &planner, "node-a", ask).expect("the planner asking for a preview");
+    let asked = spec_of(&lab, "node-a");
+    assert_eq!(asked["preview"]["id"], "plan-1", "{asked}");
+    assert_eq!(asked["config"], written["config"]);
+    merge_patch(&lab, &planner, "node-a", r#"{"spec":{"preview":null}}"#)
+        .expect("the planner removing its preview");
+    assert_eq!(spec_of(&lab, "node-a"), written);
+    // And `kubectl hoststack plan` itself, with the planner's credentials: it writes its
+    // request (no agent runs here to answer it: exit 6) and removes it again.
+    let file = lab.dir().join("plan.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: edge\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: edge\n  sysctls:\n    net.ipv4.tcp_ecn: \"1\"\n",
+    )
+    .expect("writing the plan's file");
+    let out = std::process::Command::new(lab.plugin_binary())
+        .arg("--kubeconfig")
+        .arg(&planner)
+        .arg("plan")
+        .arg(&file)
+        .args(["--node", "node-a", "--timeout", "2s"])
+        .output()
+        .expect("the plugin runs");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(6), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("no answer from its agent within 2s"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(spec_of(&lab, "node-a"), written);
+
+    // Every identity but the operator, cluster admins too: a spec is the operator's to write.
+    let why = denied(
+        lab.kubectl(&[
+            "patch",
+            "nodetuning",
+            "node-a",
+            "--type=merge",
+            "-p",
+            forged,
+        ]),
+        "an admin forging spec.config",
+    );
+    refused_spec_change(&why, ADMIN_USER, "UPDATE", "node-a", &["config"]);
+    allowed(
+        lab.kubectl(&[
+            "label",
+            "nodetuning",
+            "node-a",
+            "e2e=metadata-is-not-judged",
+        ]),
+        "an admin labelling a NodeTuning",
+    );
+    let why = lab
+        .apply_yaml(
+            "apiVersion: hoststack.dev/v1alpha1\nkind: NodeTuning\nmetadata:\n  name: node-b\nspec:\n  tuning: edge\n  revision: r-forged\n  config:\n    sysctls:\n      net.ipv4.tcp_sack: \"1\"\n",
+        )
+        .expect_err("an admin creating a NodeTuning with a config");
+    refused_spec_change(
+        &why,
+        ADMIN_USER,
+        "CREATE",
+        "node-b",
+        &["config", "revision", "tuning"],
+    );
+    assert_eq!(spec_of(&lab, "node-a"), written);
+
+    // The operator still writes specs.
+    operator_spec(&lab, "1");
+    let rewritten = spec_of(&lab, "node-a");
+    assert_eq!(rewritten["config"]["sysctls"]["net.ipv4.tcp_sack"], "1");
+    assert_eq!(rewritten["revision"], "r-1");
 }

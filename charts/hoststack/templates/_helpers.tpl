@@ -28,3 +28,8 @@ app.kubernetes.io/component: operator
 {{- define "hoststack.agentUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:hoststack-agent
 {{- end }}
+
+{{/* The operator's ServiceAccount user name, as the API server sees its tokens. */}}
+{{- define "hoststack.operatorUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:hoststack-operator
+{{- end }}

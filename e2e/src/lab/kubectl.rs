@@ -99,8 +99,8 @@ impl Kubectl {
     }
 
     /// A JSON merge patch of NodeTuning `node` with the credentials in `kubeconfig` under
-    /// `field_manager`: one PATCH, no GET first. `Ok(Err(message))` when the API server refuses
-    /// it.
+    /// `field_manager`: one PATCH, no GET first. `Ok(Err(message))` with the API server's
+    /// message when it refuses it; `Err` when it cannot be sent.
     pub fn merge_patch_node_tuning(
         &self,
         kubeconfig: &Path,
@@ -121,7 +121,11 @@ impl Kubectl {
             let written = kube::Api::<hoststack_crds::NodeTuning>::all(client)
                 .patch(node, &params, &kube::api::Patch::Merge(patch))
                 .await;
-            Ok(written.map(drop).map_err(|e| e.to_string()))
+            match written {
+                Ok(_) => Ok(Ok(())),
+                Err(kube::Error::Api(status)) => Ok(Err(status.message)),
+                Err(e) => Err(Error::Kube(e.to_string())),
+            }
         })
     }
 
@@ -151,8 +155,8 @@ impl Kubectl {
         command::output(&mut helm, None).unwrap_or_else(|e| panic!("running helm: {e}"))
     }
 
-    /// `helm template` of `chart`'s ServiceAccounts, RBAC and per-node write guard (the
-    /// ValidatingAdmissionPolicy) into `namespace`.
+    /// `helm template` of `chart`'s ServiceAccounts, RBAC, per-node write guard and spec guard
+    /// (the ValidatingAdmissionPolicies) into `namespace`.
     pub fn render_chart_rbac(&self, chart: &Path, namespace: &str) -> Result<String> {
         let chart = chart.to_str().expect("UTF-8 path");
         let mut helm = self.helm_command(&[
@@ -169,6 +173,8 @@ impl Kubectl {
             "templates/rbac-agent.yaml",
             "--show-only",
             "templates/node-write-guard.yaml",
+            "--show-only",
+            "templates/node-spec-guard.yaml",
         ]);
         command::run(&mut helm, None)
     }
