@@ -1,7 +1,11 @@
 //! Staged rollouts against a real API server, real agents and real sysctls in network
 //! namespaces: canary first, waves, pauses, promotion by hand, an operator restart in the
-//! middle of a wave, a refused value and a real TCP regression rolled back, judged by the
-//! agents' health samples and by a real Prometheus.
+//! middle of a wave, a refused value and a real TCP regression rolled back, and healthy waves
+//! promoted, judged by the agents' health samples and by a real Prometheus.
+//!
+//! A check that nothing happened (a paused rollout, a restarted operator, a rollback that
+//! stays) first waits until the operator has reconciled the tuning as it stands
+//! ([`await_processed`], from the operator's own reconcile counter), never for a fixed time.
 //!
 //! Each test starts its own lab of five nodes: node-a..node-d in pool=edge (the tuning's
 //! nodes) and node-e in pool=core (the traffic's far end in the regression tests).
@@ -9,7 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use hoststack_e2e::prometheus::Prometheus;
+use hoststack_e2e::prometheus::{sample, scrape, Prometheus};
 use hoststack_e2e::traffic::{Bulk, Loss, BASE_PORT};
 use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
 use serde_json::Value;
@@ -147,6 +151,37 @@ fn history(lab: &Lab, tuning: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// How many reconciles of `tuning` the running operator has finished
+/// (`hoststack_operator_reconciles_total`), once its /metrics answers.
+fn reconciles(lab: &Lab, tuning: &str) -> u64 {
+    let series = format!("hoststack_operator_reconciles_total{{tuning=\"{tuning}\"}}");
+    lab.wait_for("the operator's /metrics", STEP, || {
+        let text = scrape(lab.operator_metrics_address())?;
+        Some(sample(&text, &series).unwrap_or(0))
+    })
+}
+
+/// Waits until the operator has acted on `tuning` as it stands when this is called: twice, a
+/// harmless annotation changes (a watch event) and one more reconcile of the tuning finishes.
+/// Reconciles of one object run one at a time, so the second one counted began after the
+/// first had finished, which was after this call: whatever that reconcile decided is written
+/// by the time this returns.
+fn await_processed(lab: &Lab, tuning: &str) {
+    for round in 0..2 {
+        let before = reconciles(lab, tuning);
+        let nudge = format!("e2e.hoststack.dev/nudge={}-{round}", std::process::id());
+        let out = lab.kubectl(&["annotate", "networktuning", tuning, &nudge, "--overwrite"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lab.wait_for(&format!("the operator to reconcile {tuning}"), STEP, || {
+            (reconciles(lab, tuning) > before).then_some(())
+        });
+    }
+}
+
 fn delete(lab: &Lab, tuning: &str) {
     let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
     assert!(
@@ -215,7 +250,10 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     let held = wait_phase(&lab, "edge", "Paused");
     assert_eq!(held["message"], "rollout.paused is set");
     assert!(held["waves"].as_array().is_none_or(|w| w.is_empty()));
-    std::thread::sleep(Duration::from_secs(2));
+    await_processed(&lab, "edge");
+    let still = status(&lab, "edge");
+    assert_eq!(still["phase"], "Paused");
+    assert!(still["waves"].as_array().is_none_or(|w| w.is_empty()));
     for node in EDGE {
         assert_eq!(
             lab.sysctl(node, "net.ipv4.tcp_dsack"),
@@ -261,7 +299,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     assert_eq!(lab.sysctl("node-c", "net.ipv4.tcp_ecn"), "1");
     lab.stop_operator();
     lab.start_operator();
-    std::thread::sleep(Duration::from_secs(3));
+    await_processed(&lab, "edge");
     assert_eq!(
         waves(&lab, "edge"),
         vec![vec!["node-c".to_string()]],
@@ -370,7 +408,7 @@ fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
     }
     assert!(events(&lab, "edge").contains("RolledBack"));
     // It stays rolled back until the spec changes.
-    std::thread::sleep(Duration::from_secs(3));
+    await_processed(&lab, "edge");
     assert_eq!(phase(&lab, "edge"), "RolledBack");
     delete(&lab, "edge");
     lab.stop().expect("the lab stops cleanly");
@@ -603,6 +641,99 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
         stderr.starts_with(&format!("error: Prometheus unreachable: http://{closed}: ")),
         "{stderr}"
     );
+    delete(&lab, "edge");
+    drop(prometheus);
+    lab.stop().expect("the lab stops cleanly");
+}
+
+/// Waits until `tuning` completes its current revision and checks that every wave passed its
+/// analysis, that every measured value passed, and that every edge node runs the revision as
+/// the stable one; the waves' analyses.
+fn promoted(lab: &Lab, tuning: &str, want_waves: usize) -> Vec<Value> {
+    let done = wait_phase(lab, tuning, "Complete");
+    let current = done["currentRevision"].as_str().unwrap().to_string();
+    assert_eq!(done["stableRevision"], current.as_str(), "{done}");
+    let waves = done["waves"].as_array().expect("waves").clone();
+    assert_eq!(waves.len(), want_waves, "{done}");
+    let analyses: Vec<Value> = waves.iter().map(|w| w["analysis"].clone()).collect();
+    for (i, a) in analyses.iter().enumerate() {
+        assert_eq!(a["verdict"], "Pass", "wave {i}: {a}");
+        let metrics = a["metrics"].as_array().expect("measured values");
+        assert!(!metrics.is_empty(), "wave {i} was measured: {a}");
+        assert!(metrics.iter().all(|m| m["passed"] == true), "wave {i}: {a}");
+    }
+    for node in EDGE {
+        assert_eq!(node_spec(lab, node), (current.clone(), "stable".into()));
+        assert_eq!(
+            applied_revision(lab, node).as_deref(),
+            Some(current.as_str())
+        );
+    }
+    eprintln!("{tuning} {current} promoted: {analyses:?}");
+    analyses
+}
+
+#[test]
+fn healthy_waves_pass_the_health_analysis_and_the_prometheus_gate() {
+    let lab = lab();
+    let prometheus = Prometheus::start(&lab).expect("prometheus starts");
+    lab.wait_for("every target up", Duration::from_secs(30), || {
+        let up = prometheus.targets_up();
+        (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
+    });
+    lab.label_node("node-a", "hoststack.dev/canary", Some("true"));
+    let bulk = Bulk::start(&lab, "node-e", &EDGE, "40M", 300).expect("traffic starts");
+    for node in EDGE {
+        let before = out_segs(&lab, node);
+        lab.wait_for(&format!("traffic from {node}"), STEP, || {
+            (out_segs(&lab, node) > before + 1000).then_some(())
+        });
+    }
+
+    // The built-in analysis alone: the canary, then one wave of the other three, each judged
+    // on its health samples and promoted.
+    let thresholds = "    canary: 1\n    maxUnavailable: 3\n    analysis:\n      window: 4s\n      thresholds:\n        - metric: RetransmitRatio\n          max: \"0.01\"\n";
+    lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], thresholds))
+        .expect("accepted");
+    let analyses = promoted(&lab, "edge", 2);
+    assert_eq!(waves(&lab, "edge")[0], ["node-a"]);
+    for a in &analyses {
+        let m = &a["metrics"][0];
+        assert_eq!(
+            (&m["metric"], &m["limit"]),
+            (&"RetransmitRatio".into(), &"0.01".into())
+        );
+        let judged: f64 = m["judged"].as_str().unwrap().parse().unwrap();
+        assert!(judged < 0.01, "{a}");
+    }
+    assert!(
+        analyses[0]["requestId"]
+            .as_str()
+            .is_some_and(|id| id.ends_with("-wave0")),
+        "the canary was judged on its own samples: {}",
+        analyses[0]
+    );
+
+    // The Prometheus gate alone, on the next revision.
+    let query = r#"sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"RetransSegs\",node=~\"{{judged}}\"}[5s])) / sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"OutSegs\",node=~\"{{judged}}\"}[5s]))"#;
+    let gate = format!(
+        "    canary: 1\n    maxUnavailable: 3\n    analysis:\n      window: 6s\n      prometheus:\n        address: http://{}\n        query: \"{query}\"\n        successCondition: result < 0.01\n        failureCondition: result > 0.02\n",
+        prometheus.address()
+    );
+    let next = [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_dsack", "0")];
+    lab.apply_yaml(&tuning("edge", &next, &gate))
+        .expect("accepted");
+    let analyses = promoted(&lab, "edge", 2);
+    for a in &analyses {
+        let m = &a["metrics"][0];
+        assert_eq!(m["metric"], "prometheus", "{a}");
+        let value: f64 = m["judged"].as_str().unwrap().parse().unwrap();
+        assert!(value < 0.01, "{a}");
+    }
+    for node in EDGE {
+        assert_eq!(lab.sysctl(node, "net.ipv4.tcp_dsack"), "0", "{node}");
+    }
+    drop(bulk);
     delete(&lab, "edge");
     drop(prometheus);
     lab.stop().expect("the lab stops cleanly");
