@@ -2,13 +2,15 @@
 //! its node's network namespace, the lab's images imported (no registry), the chart from
 //! charts/hoststack. One lab for the whole life cycle (a real pool takes a while to boot):
 //! install, a tuning through the agent pods, an upgrade, an agent pod deleted in the middle of
-//! a transaction, and uninstall. Timings and memory are printed (`--nocapture`), never asserted.
+//! a transaction (SIGTERM, which lets the transaction finish), the agent's container SIGKILLed
+//! in the middle of one (the kubelet restarts it; the journal makes it all or nothing), and
+//! uninstall. Timings and memory are printed (`--nocapture`), never asserted.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
+use hoststack_e2e::{Lab, LabConfig, Signal, NAMESPACE};
 
 /// How long any one step may take to converge.
 const CONVERGE: Duration = Duration::from_secs(120);
@@ -114,6 +116,30 @@ fn running_pods(lab: &Lab, selector: &str) -> Vec<(String, String, String)> {
 
 const OPERATOR_PODS: &str = "app.kubernetes.io/component=operator";
 const AGENT_PODS: &str = "app.kubernetes.io/name=hoststack-agent";
+
+/// The sysctl originals in `node`'s agent journal (its /var/lib/hoststack, inside the node),
+/// whitespace collapsed as [`Lab::sysctl`] reads values; fails on a transaction left in it.
+fn journaled_originals(lab: &mut Lab, node: &str) -> BTreeMap<String, String> {
+    let text = lab.read_real_node_file(node, "/var/lib/hoststack/journal.json");
+    let journal: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{node}'s journal ({e}): {text}"));
+    assert!(
+        journal["transaction"].is_null(),
+        "{node}'s journal holds an unfinished transaction: {text}"
+    );
+    journal["originals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no originals in {text}"))
+        .iter()
+        .map(|e| {
+            let value = e["value"].as_str().unwrap_or_default();
+            (
+                e["target"].as_str().unwrap_or_default().to_string(),
+                value.split_whitespace().collect::<Vec<_>>().join(" "),
+            )
+        })
+        .collect()
+}
 
 fn agent_nodes(lab: &Lab) -> Vec<String> {
     let mut nodes: Vec<String> = running_pods(lab, AGENT_PODS)
@@ -436,6 +462,63 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
     wait_applied(&lab, "the second revision on both hosts", &second);
     assert_ne!(first, second);
 
+    // ---- the agent's container SIGKILLed in the middle of a transaction -------------------
+    // Back to the first revision; node-a's agent process dies between two host writes, with
+    // no chance to finish. The kubelet restarts the container in the same pod, and the
+    // restarted agent undoes the interrupted transaction from its journal before it applies
+    // the revision again: node-a ends at the first revision, its originals intact.
+    let (pod, _, uid) = running_pods(&lab, AGENT_PODS)
+        .into_iter()
+        .find(|(_, node, _)| node == "node-a")
+        .expect("node-a's agent pod");
+    let third = Instant::now();
+    lab.apply_yaml(&tuning_yaml(&FIRST))
+        .expect("the first revision again is accepted");
+    let victim = lab.wait_for("node-a between the two revisions again", CONVERGE, || {
+        let now = sysctls(&lab, "node-a");
+        let changed = now.iter().filter(|(k, v)| **v == first[*k]).count();
+        (changed >= 1 && changed < FIRST.len()).then_some(now)
+    });
+    let killed = lab.signal_pod_processes("node-a", "hoststack-agent", Signal::Kill);
+    assert_eq!(
+        killed.len(),
+        1,
+        "one agent process in node-a's pods: {killed:?}"
+    );
+    eprintln!(
+        "SIGKILLed node-a's agent (pid {}) half-way: {victim:?}",
+        killed[0]
+    );
+    lab.wait_for(
+        "the kubelet to restart node-a's agent container",
+        CONVERGE,
+        || {
+            let p = lab.get_json(&["get", "pod", &pod, "-n", NAMESPACE]);
+            let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_u64();
+            (p["metadata"]["uid"] == uid.as_str() && restarts >= Some(1)).then_some(())
+        },
+    );
+    lab.wait_for("node-a at the first revision again", CONVERGE, || {
+        let now = sysctls(&lab, "node-a");
+        let settled = jsonpath(&lab, &["get", "nodetuning", "node-a"], "{.status.state}");
+        (now == first && settled == "Applied").then_some(())
+    });
+    let log = kubectl_ok(&lab, &["logs", &pod, "-n", NAMESPACE]);
+    assert!(
+        log.contains("undid an interrupted transaction from the journal"),
+        "the restarted agent found the transaction the kill interrupted: {log}"
+    );
+    assert_eq!(
+        journaled_originals(&mut lab, "node-a"),
+        originals["node-a"],
+        "node-a's journal keeps the originals from before the first tuning"
+    );
+    wait_applied(&lab, "the first revision on both hosts again", &first);
+    eprintln!(
+        "timing: the revision with node-a's agent SIGKILLed half-way, applied to both hosts: {:.1}s",
+        third.elapsed().as_secs_f64()
+    );
+
     // ---- helm uninstall -------------------------------------------------------------------
     helm_ok(
         &lab,
@@ -472,7 +555,7 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         assert_eq!(label, "true", "{node} keeps its hoststack.dev/agent label");
     }
     for node in ["node-a", "node-b"] {
-        assert_eq!(sysctls(&lab, node), second, "{node} keeps its tuning");
+        assert_eq!(sysctls(&lab, node), first, "{node} keeps its tuning");
     }
     assert_eq!(sysctls(&lab, "node-c"), originals["node-c"]);
     for (kind, name) in [
@@ -488,6 +571,11 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
             "validatingadmissionpolicybinding",
             "hoststack-agent-own-node",
         ),
+        ("validatingadmissionpolicy", "hoststack-node-spec-guard"),
+        (
+            "validatingadmissionpolicybinding",
+            "hoststack-node-spec-guard",
+        ),
     ] {
         let out = lab.kubectl(&["get", kind, name, "-n", NAMESPACE]);
         assert!(
@@ -497,8 +585,3 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
     }
     lab.stop().expect("the real pool stops cleanly");
 }
-        ("validatingadmissionpolicy", "hoststack-node-spec-guard"),
-        (
-            "validatingadmissionpolicybinding",
-            "hoststack-node-spec-guard",
-        ),
