@@ -245,9 +245,12 @@ impl Agent {
                         tracing::info!(revision = ?intent.revision(), "transaction starts");
                         let started = std::time::Instant::now();
                         let outcome = block_in_place(|| self.reconciler.transact(&intent));
-                        self.metrics
-                            .work
-                            .transaction(outcome.state, started.elapsed(), drift);
+                        self.metrics.work.transaction(
+                            intent.target().as_ref(),
+                            outcome.state,
+                            started.elapsed(),
+                            drift,
+                        );
                         tracing::info!(
                             state = %outcome.state,
                             message = outcome.message.as_deref().unwrap_or(""),

@@ -1,5 +1,5 @@
-//! The agent's own work: transactions by result, drift, transaction durations, and the
-//! revision the host is on.
+//! The agent's own work: transactions by result and by the revision they applied, drift,
+//! transaction durations, and the revision the host is on.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -28,6 +28,15 @@ struct AppliedLabels {
     revision: String,
 }
 
+/// The labels of `hoststack_agent_revision_transactions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RevisionLabels {
+    tuning: String,
+    revision: String,
+    /// applied or failed.
+    result: &'static str,
+}
+
 /// Results a transaction can end in.
 const RESULTS: [&str; 3] = ["applied", "failed", "reverted"];
 
@@ -35,6 +44,7 @@ const RESULTS: [&str; 3] = ["applied", "failed", "reverted"];
 #[derive(Debug)]
 pub struct AgentWork {
     transactions: Family<ResultLabels, Counter>,
+    revision_transactions: Family<RevisionLabels, Counter>,
     drift: Counter,
     duration: Histogram,
     applied: Family<AppliedLabels, Gauge>,
@@ -53,6 +63,12 @@ impl AgentWork {
         for result in RESULTS {
             drop(transactions.get_or_create(&ResultLabels { result }));
         }
+        let revision_transactions = Family::<RevisionLabels, Counter>::default();
+        registry.register(
+            "agent_revision_transactions",
+            "Transactions the agent ran to apply a revision, by tuning, revision and result (applied or failed); reverts are not counted here",
+            revision_transactions.clone(),
+        );
         let drift = Counter::default();
         registry.register(
             "agent_drift",
@@ -74,6 +90,7 @@ impl AgentWork {
         );
         AgentWork {
             transactions,
+            revision_transactions,
             drift,
             duration,
             applied,
@@ -81,9 +98,15 @@ impl AgentWork {
         }
     }
 
-    /// Counts one transaction that ended in `state` after `took`; `drift` when it re-applied
-    /// the revision the host was already on.
-    pub fn transaction(&self, state: NodeState, took: Duration, drift: bool) {
+    /// Counts one transaction to `target` (`None`: a revert) that ended in `state` after
+    /// `took`; `drift` when it re-applied the revision the host was already on.
+    pub fn transaction(
+        &self,
+        target: Option<&Applied>,
+        state: NodeState,
+        took: Duration,
+        drift: bool,
+    ) {
         let result = match state {
             NodeState::Applied => "applied",
             NodeState::Reverted => "reverted",
@@ -93,6 +116,15 @@ impl AgentWork {
         self.transactions
             .get_or_create(&ResultLabels { result })
             .inc();
+        if let Some(target) = target {
+            self.revision_transactions
+                .get_or_create(&RevisionLabels {
+                    tuning: target.tuning.clone(),
+                    revision: target.revision.clone(),
+                    result,
+                })
+                .inc();
+        }
         self.duration.observe(took.as_secs_f64());
         if drift {
             self.drift.inc();
@@ -136,28 +168,65 @@ mod tests {
             let line = format!("hoststack_agent_transactions_total{{result=\"{result}\"}} 0");
             assert!(text.contains(&line), "{text}");
         }
-        work.transaction(NodeState::Applied, Duration::from_millis(3), false);
-        work.transaction(NodeState::Applied, Duration::from_millis(4), true);
-        work.transaction(NodeState::Failed, Duration::from_millis(5), false);
-        work.transaction(NodeState::Planned, Duration::from_millis(5), false);
         let r1 = Applied {
             tuning: "edge".into(),
             revision: "r1".into(),
         };
-        work.applied(Some(&r1));
-        work.applied(Some(&Applied {
+        let r2 = Applied {
             revision: "r2".into(),
-            ..r1
-        }));
+            ..r1.clone()
+        };
+        work.transaction(
+            Some(&r1),
+            NodeState::Applied,
+            Duration::from_millis(3),
+            false,
+        );
+        work.transaction(
+            Some(&r1),
+            NodeState::Applied,
+            Duration::from_millis(4),
+            true,
+        );
+        work.transaction(
+            Some(&r2),
+            NodeState::Failed,
+            Duration::from_millis(5),
+            false,
+        );
+        work.transaction(None, NodeState::Reverted, Duration::from_millis(2), false);
+        work.transaction(
+            Some(&r2),
+            NodeState::Planned,
+            Duration::from_millis(5),
+            false,
+        );
+        work.applied(Some(&r1));
+        work.applied(Some(&r2));
         let text = encode(&registry);
         assert!(text.contains("hoststack_agent_transactions_total{result=\"applied\"} 2"));
         assert!(text.contains("hoststack_agent_transactions_total{result=\"failed\"} 1"));
+        assert!(text.contains("hoststack_agent_transactions_total{result=\"reverted\"} 1"));
+        // Per revision: the two of r1, the failed one of r2; the revert and the plan nowhere.
+        let mut per_revision: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("hoststack_agent_revision_transactions_total{"))
+            .collect();
+        per_revision.sort();
+        assert_eq!(
+            per_revision,
+            [
+                "hoststack_agent_revision_transactions_total{tuning=\"edge\",revision=\"r1\",result=\"applied\"} 2",
+                "hoststack_agent_revision_transactions_total{tuning=\"edge\",revision=\"r2\",result=\"failed\"} 1",
+            ],
+            "{text}"
+        );
         assert!(text.contains("hoststack_agent_drift_total 1"));
-        assert!(text.contains("hoststack_agent_transaction_duration_seconds_count 3"));
+        assert!(text.contains("hoststack_agent_transaction_duration_seconds_count 4"));
         assert!(
             text.contains("hoststack_agent_applied_revision{tuning=\"edge\",revision=\"r2\"} 1")
         );
-        assert!(!text.contains("revision=\"r1\""));
+        assert!(!text.contains("hoststack_agent_applied_revision{tuning=\"edge\",revision=\"r1\"}"));
         work.applied(None);
         assert!(!encode(&registry).contains("hoststack_agent_applied_revision{"));
     }
