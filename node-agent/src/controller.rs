@@ -36,10 +36,12 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::dataplane::{self, backoff::Backoff, Supervisor};
 use crate::exporter::{Exporter, NodeInfoLabels};
+use crate::failures::SpecGeneration;
 use crate::health::{Ended, Sampler, Snapshot};
 use crate::host::Host;
+use crate::intent::Intent;
 use crate::journal::JournalStore;
-use crate::reconciler::{Intent, Next, Reconciler};
+use crate::reconciler::{Next, Reconciler};
 use crate::report::{self, StatusInput};
 use crate::transaction::{Outcome, Transactor};
 use crate::{Error, Result};
@@ -198,6 +200,7 @@ impl Agent {
     /// line says what it is about.
     async fn reconcile(&mut self) {
         let intent = Intent::of(self.object.as_ref());
+        let spec = SpecGeneration::of(self.object.as_ref());
         let span = tracing::info_span!(
             "reconcile",
             node = %self.config.node_name,
@@ -216,7 +219,7 @@ impl Agent {
             // A revert stops the stack first; the transaction then gives its cores back.
             self.follow_dataplane(dataplane::before_transaction(&intent));
             let decide = tracing::info_span!("decide");
-            let next = decide.in_scope(|| block_in_place(|| self.reconciler.next(&intent)));
+            let next = decide.in_scope(|| block_in_place(|| self.reconciler.next(&intent, &spec)));
             let outcome = match next {
                 Ok(Next::Report(outcome)) => outcome,
                 Ok(Next::Transaction { applying }) => {
@@ -244,7 +247,7 @@ impl Agent {
                     transaction.in_scope(|| {
                         tracing::info!(revision = ?intent.revision(), "transaction starts");
                         let started = std::time::Instant::now();
-                        let outcome = block_in_place(|| self.reconciler.transact(&intent));
+                        let outcome = block_in_place(|| self.reconciler.transact(&intent, &spec));
                         self.metrics.work.transaction(
                             intent.target().as_ref(),
                             outcome.state,

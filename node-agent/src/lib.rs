@@ -28,9 +28,10 @@
 //!    in-flight transactions; [`expand`], discovery and the pure (config, discovery) → goal;
 //!    [`transaction`], the pure [`transaction::plan`] and the [`transaction::Transactor`] that
 //!    carries a plan out; [`drift`], settings that changed behind the agent's back.
-//! 6. The reconciler, [`reconciler`]: for one [`reconciler::Intent`], whether to plan, apply,
-//!    revert or re-report, with the memory of failed revisions; [`report`] turns outcomes into
-//!    a `NodeTuningStatus`, [`preview`] answers `kubectl hoststack plan`.
+//! 6. The reconciler, [`reconciler`]: for one [`intent::Intent`] (what the NodeTuning asks
+//!    for), whether to plan, apply, revert or re-report, with [`failures`], the memory of
+//!    failed revisions per spec generation; [`report`] turns outcomes into a `NodeTuningStatus`, [`preview`] answers
+//!    `kubectl hoststack plan`.
 //! 7. The dataplane supervisor, [`dataplane`]: the user-space stack's runner process.
 //! 8. The agent's other shells: [`exporter`] serves `/metrics`, [`health`] measures TCP health
 //!    samples over the windows the operator asks for, [`heartbeat`] renews the Lease that tells
@@ -52,9 +53,11 @@ pub mod duration;
 pub mod expand;
 pub mod exporter;
 pub mod facts;
+pub mod failures;
 pub mod health;
 pub mod heartbeat;
 pub mod host;
+pub mod intent;
 pub mod journal;
 pub mod model;
 pub mod netlink;

@@ -9,7 +9,7 @@
 
 use hoststack_crds::{Mode, NodeState, NodeTuningSpec, PreviewRequest, PreviewResult};
 
-use crate::reconciler::Intent;
+use crate::intent::Intent;
 use crate::transaction::Outcome;
 
 /// The tuning name a preview goes under when neither the request nor the spec names one.

@@ -1,8 +1,10 @@
 //! The reconciler: what the agent does with one intent, without the API server.
 //!
 //! It turns the NodeTuning into an [`Intent`], decides whether the host needs a transaction,
-//! runs it through the [`Transactor`], and remembers what it reported and which revision failed,
-//! so that a failed revision is not retried until the spec changes (a restart retries it once).
+//! runs it through the [`Transactor`], and remembers what it reported and which revisions
+//! failed ([`Failures`]), so that each assignment of a revision is tried once: a failed one is
+//! tried again only when the operator assigns it again under a newer spec generation, never
+//! because the same spec came back (a restart retries it once).
 //!
 //! Every decision re-reads the host, so every reconcile (each event and each
 //! `--resync-interval`) is also a drift check: when settings of the applied revision no longer
@@ -15,92 +17,16 @@ use std::time::Duration;
 
 use std::net::IpAddr;
 
-use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning};
+use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeState};
 
 use crate::appliers::{dpdk, irq};
 use crate::drift::{self, Drift};
 use crate::expand::{expand, Discovery, Expansion};
-use crate::journal::Applied;
+use crate::failures::{Failures, SpecGeneration};
+use crate::intent::Intent;
 use crate::model::{Kind, Reading};
 use crate::transaction::{Goal, Outcome, Prepared, Readings, Transactor};
 use crate::Result;
-
-/// What the node's NodeTuning asks for.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Intent {
-    /// There is no NodeTuning for this node (not created yet, or deleted): revert whatever the
-    /// journal holds; there is no status to report to.
-    Absent,
-    /// The operator withdrew the spec: revert everything and report Reverted.
-    Withdrawn,
-    /// Apply (or, in Plan mode, preview) a revision.
-    Revision {
-        /// The governing NetworkTuning.
-        tuning: String,
-        /// The revision of `config`.
-        revision: String,
-        /// What to change.
-        config: Box<NodeConfig>,
-        /// Apply or Plan.
-        mode: Mode,
-    },
-}
-
-impl Intent {
-    /// What `object` asks for. A spec without a revision gets the revision of its config.
-    pub fn of(object: Option<&NodeTuning>) -> Self {
-        let Some(object) = object else {
-            return Intent::Absent;
-        };
-        let spec = &object.spec;
-        match (&spec.tuning, &spec.config) {
-            (Some(tuning), Some(config)) => Intent::Revision {
-                tuning: tuning.clone(),
-                revision: spec.revision.clone().unwrap_or_else(|| config.revision()),
-                config: Box::new(config.clone()),
-                mode: spec.mode.unwrap_or_default(),
-            },
-            _ => Intent::Withdrawn,
-        }
-    }
-
-    /// The NetworkTuning the intent is about.
-    pub fn tuning(&self) -> Option<&str> {
-        match self {
-            Intent::Revision { tuning, .. } => Some(tuning),
-            Intent::Absent | Intent::Withdrawn => None,
-        }
-    }
-
-    /// The revision the intent is about.
-    pub fn revision(&self) -> Option<&str> {
-        match self {
-            Intent::Revision { revision, .. } => Some(revision),
-            Intent::Absent | Intent::Withdrawn => None,
-        }
-    }
-
-    /// What to do about drift, for a revision.
-    pub fn drift_policy(&self) -> Option<DriftPolicy> {
-        match self {
-            Intent::Revision { config, .. } => Some(config.drift_policy.unwrap_or_default()),
-            Intent::Absent | Intent::Withdrawn => None,
-        }
-    }
-
-    /// The revision to apply; `None` reverts.
-    pub fn target(&self) -> Option<Applied> {
-        match self {
-            Intent::Revision {
-                tuning, revision, ..
-            } => Some(Applied {
-                tuning: tuning.clone(),
-                revision: revision.clone(),
-            }),
-            Intent::Absent | Intent::Withdrawn => None,
-        }
-    }
-}
 
 /// What to do next for an intent.
 #[derive(Clone, Debug, PartialEq)]
@@ -121,8 +47,8 @@ pub struct Reconciler {
     step_delay: Duration,
     /// The last outcome and what it was for.
     last: Option<(Intent, Outcome)>,
-    /// A revision whose transaction failed; not retried while it stays desired.
-    failed: Option<Intent>,
+    /// Revisions whose transaction failed; each is not retried until assigned again.
+    failed: Failures,
     /// The API server's address, whose route DPDK binding must not cut.
     api_server: Option<IpAddr>,
     /// Settings of the applied revision that drifted, as the last decision found them.
@@ -136,7 +62,7 @@ impl Reconciler {
             transactor,
             step_delay,
             last: None,
-            failed: None,
+            failed: Failures::default(),
             api_server: None,
             drifted: Vec::new(),
         }
@@ -201,12 +127,10 @@ impl Reconciler {
         self.transactor.recover(&mut self.pause())
     }
 
-    /// Decides what `desired` needs: a report (reading the host, changing nothing but an
-    /// interrupted transaction), or a transaction.
-    pub fn next(&mut self, intent: &Intent) -> Result<Next> {
-        if self.failed.as_ref().is_some_and(|f| f != intent) {
-            self.failed = None;
-        }
+    /// Decides what `intent`, asked for by `spec`, needs: a report (reading the host, changing
+    /// nothing but an interrupted transaction), or a transaction.
+    pub fn next(&mut self, intent: &Intent, spec: &SpecGeneration) -> Result<Next> {
+        self.failed.observe(intent, spec);
         let mut pause = self.pause();
         self.transactor.recover(&mut pause)?;
         let expansion = self.expand(intent)?;
@@ -222,13 +146,16 @@ impl Reconciler {
             ),
             _ => Vec::new(),
         };
-        if self.failed.is_some() {
+        if let Some(failure) = self.failed.of(intent) {
             if blockers.is_empty() && prepared.is_settled(&goal) {
                 // The host came to match the failed revision without the agent (a re-apply of
                 // drift failed, then someone put the values back): nothing left to retry.
-                self.failed = None;
-            } else if let Some((_, outcome)) = self.last.as_ref().filter(|(d, _)| d == intent) {
-                return Ok(Next::Report(outcome.clone()));
+                self.failed.forget(intent);
+            } else {
+                // Reported as it failed, on the revision the host is on now.
+                let mut outcome = failure.outcome().clone();
+                outcome.applied = prepared.journal.applied.clone();
+                return Ok(Next::Report(outcome));
             }
         }
         let report_drift = intent.drift_policy() == Some(DriftPolicy::Report)
@@ -286,9 +213,10 @@ impl Reconciler {
         Ok(outcome)
     }
 
-    /// Runs the transaction to `desired`. A revision whose items failed is remembered and not
-    /// retried; an error of the agent itself (journal I/O) is retried on the next reconcile.
-    pub fn transact(&mut self, intent: &Intent) -> Outcome {
+    /// Runs the transaction to `intent`, asked for by `spec`. A revision whose items failed is
+    /// remembered and not retried until assigned again; an error of the agent itself (journal
+    /// I/O) is retried on the next reconcile.
+    pub fn transact(&mut self, intent: &Intent, spec: &SpecGeneration) -> Outcome {
         let mut pause = self.pause();
         let result = self.expand(intent).and_then(|expansion| {
             let blockers = blocking_items(intent, &expansion);
@@ -300,22 +228,20 @@ impl Reconciler {
                 Ok(not_supported(prepared.preview(&goal), blockers))
             }
         });
-        let mut outcome = match result {
-            Ok(outcome) => {
-                if outcome.state == NodeState::Failed && matches!(intent, Intent::Revision { .. }) {
-                    self.failed = Some(intent.clone());
-                } else {
-                    // Every setting was written and read back: nothing is drifted any more.
-                    self.drifted.clear();
-                }
-                outcome
-            }
+        let (mut outcome, ran) = match result {
+            Ok(outcome) => (outcome, true),
             Err(e) => {
                 tracing::error!(error = %e, "transaction aborted");
-                self.error_outcome(&e)
+                (self.error_outcome(&e), false)
             }
         };
         self.annotate(&mut outcome);
+        if ran && outcome.state == NodeState::Failed && matches!(intent, Intent::Revision { .. }) {
+            self.failed.remember(intent, spec, &outcome);
+        } else if ran {
+            // Every setting was written and read back: nothing is drifted any more.
+            self.drifted.clear();
+        }
         self.last = Some((intent.clone(), outcome.clone()));
         outcome
     }
@@ -431,7 +357,9 @@ fn messages(items: &[ItemResult]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use hoststack_crds::{NodeTuningSpec, SysctlValue, UserspaceStack};
+    use hoststack_crds::{NodeConfig, NodeTuning, NodeTuningSpec, SysctlValue, UserspaceStack};
+
+    use crate::journal::Applied;
 
     use super::*;
 
@@ -585,5 +513,88 @@ mod tests {
             items[0].message.as_deref(),
             Some("userspaceStack.cores: no core given; the stack needs at least one")
         );
+    }
+
+    /// A reconcile as the watch loop runs it: decides, then transacts when told to; whether a
+    /// transaction ran, and the state reported.
+    fn reconcile(r: &mut Reconciler, intent: &Intent, spec: &SpecGeneration) -> (bool, NodeState) {
+        match r.next(intent, spec).expect("decides") {
+            Next::Report(outcome) => (false, outcome.state),
+            Next::Transaction { .. } => (true, r.transact(intent, spec).state),
+        }
+    }
+
+    #[test]
+    fn a_failed_revision_is_tried_once_per_assignment() {
+        let proc_root = tempfile::tempdir().expect("tempdir");
+        let state = tempfile::tempdir().expect("tempdir");
+        let sack = proc_root.path().join("sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let mut r = Reconciler::new(
+            Transactor::new(
+                crate::host::Host::new(proc_root.path(), proc_root.path()),
+                crate::journal::JournalStore::new(state.path()),
+            ),
+            Duration::ZERO,
+        );
+        // A sysctl this kernel does not have fails the revision.
+        let mut c = config();
+        c.sysctls
+            .insert("net.ipv4.no_such_sysctl".into(), SysctlValue("1".into()));
+        let bad = Intent::Revision {
+            tuning: "edge".into(),
+            revision: c.revision(),
+            config: Box::new(c),
+            mode: Mode::Apply,
+        };
+        let at = |generation| SpecGeneration {
+            uid: Some("uid-a".into()),
+            generation,
+        };
+        // (what, intent, its spec's generation, a transaction runs, the state reported)
+        let steps = [
+            ("assigned", &bad, 2, true, NodeState::Failed),
+            ("the same spec on resync", &bad, 2, false, NodeState::Failed),
+            (
+                "a preview bumps the generation",
+                &bad,
+                3,
+                false,
+                NodeState::Failed,
+            ),
+            (
+                "withdrawn by the rollback",
+                &Intent::Withdrawn,
+                4,
+                false,
+                NodeState::Reverted,
+            ),
+            (
+                "a stale copy brings the spec back",
+                &bad,
+                3,
+                false,
+                NodeState::Failed,
+            ),
+            ("the older copy too", &bad, 2, false, NodeState::Failed),
+            (
+                "withdrawn again",
+                &Intent::Withdrawn,
+                4,
+                false,
+                NodeState::Reverted,
+            ),
+            ("assigned again", &bad, 5, true, NodeState::Failed),
+            ("and held again", &bad, 5, false, NodeState::Failed),
+        ];
+        for (what, intent, generation, transacts, state) in steps {
+            assert_eq!(
+                reconcile(&mut r, intent, &at(generation)),
+                (transacts, state),
+                "{what}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n");
     }
 }

@@ -8,10 +8,12 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use hoststack_agent::failures::SpecGeneration;
 use hoststack_agent::host::Host;
+use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::{Entry, Journal, JournalStore};
 use hoststack_agent::model::Setting;
-use hoststack_agent::reconciler::{Intent, Next, Reconciler};
+use hoststack_agent::reconciler::{Next, Reconciler};
 use hoststack_agent::report::{self, StatusInput, DRIFTED};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
@@ -113,9 +115,9 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], policy: Option<DriftPol
 
 /// One reconcile as the controller runs it: whether a transaction ran, and the outcome.
 fn reconcile(r: &mut Reconciler, desired: &Intent) -> (bool, Outcome) {
-    match r.next(desired).expect("next") {
+    match r.next(desired, &SpecGeneration::default()).expect("next") {
         Next::Report(outcome) => (false, outcome),
-        Next::Transaction { .. } => (true, r.transact(desired)),
+        Next::Transaction { .. } => (true, r.transact(desired, &SpecGeneration::default())),
     }
 }
 
@@ -185,7 +187,9 @@ fn reapply_writes_the_desired_values_again_and_keeps_the_originals() {
         host.put("net.ipv4.tcp_sack", "1");
         host.put("net.core.somaxconn", "1024");
         host.put("net.ipv4.tcp_rmem", "4096 131072 6291456");
-        let Next::Transaction { applying } = r.next(&desired).expect("next") else {
+        let Next::Transaction { applying } =
+            r.next(&desired, &SpecGeneration::default()).expect("next")
+        else {
             panic!("{policy:?}: drift must be re-applied");
         };
         let applying = applying.expect("an Applying status first");
@@ -196,7 +200,7 @@ fn reapply_writes_the_desired_values_again_and_keeps_the_originals() {
             "sysctl net.core.somaxconn: desired 8192, found 1024; \
              sysctl net.ipv4.tcp_sack: desired 0, found 1"
         );
-        let fixed = r.transact(&desired);
+        let fixed = r.transact(&desired, &SpecGeneration::default());
         assert_eq!(fixed.state, NodeState::Applied, "{fixed:?}");
         assert_eq!(host.get("net.ipv4.tcp_sack"), "0");
         assert_eq!(host.get("net.core.somaxconn"), "8192");
@@ -416,12 +420,12 @@ proptest! {
         want.sort();
 
         // What the reconcile finds, before it acts.
-        let next = r.next(&desired).expect("next");
+        let next = r.next(&desired, &SpecGeneration::default()).expect("next");
         let found: Vec<String> = r.drifted().iter().map(|d| d.setting.target.clone()).collect();
         prop_assert_eq!(&found, &want);
         let (ran, outcome) = match next {
             Next::Report(outcome) => (false, outcome),
-            Next::Transaction { .. } => (true, r.transact(&desired)),
+            Next::Transaction { .. } => (true, r.transact(&desired, &SpecGeneration::default())),
         };
         let (s, _, message) = drifted_condition(&status_of(&r, &desired, &outcome));
         let still = report && !want.is_empty();

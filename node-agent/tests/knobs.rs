@@ -28,11 +28,13 @@ use std::time::Duration;
 
 use hoststack_agent::appliers;
 use hoststack_agent::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
+use hoststack_agent::failures::SpecGeneration;
 use hoststack_agent::host::files::write_existing;
 use hoststack_agent::host::{Files, Host, Mounts, Roots};
+use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::{Journal, JournalStore};
 use hoststack_agent::model::{Kind, Reading};
-use hoststack_agent::reconciler::{Intent, Next, Reconciler};
+use hoststack_agent::reconciler::{Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
     DpdkBinding, HugepageReservation, HugepageSize, InterfaceMatch, InterfaceTuning, IrqAffinity,
@@ -519,9 +521,9 @@ fn withdrawn() -> NodeTuning {
 
 fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
     let desired = Intent::of(Some(object));
-    match r.next(&desired).expect("next") {
+    match r.next(&desired, &SpecGeneration::default()).expect("next") {
         Next::Report(outcome) => outcome,
-        Next::Transaction { .. } => r.transact(&desired),
+        Next::Transaction { .. } => r.transact(&desired, &SpecGeneration::default()),
     }
 }
 
@@ -683,13 +685,16 @@ fn every_knob_applies_verifies_and_reverts_byte_for_byte() {
 
     // A resync finds the host settled, although eth2's netdev is gone: the journal remembers it.
     let desired = Intent::of(Some(&nt));
-    match r.next(&desired).expect("next") {
+    match r.next(&desired, &SpecGeneration::default()).expect("next") {
         Next::Report(again) => assert_eq!(again.state, NodeState::Applied, "{again:#?}"),
         Next::Transaction { .. } => panic!("a settled host needs no transaction"),
     }
     // A fresh agent (no memory but the journal) agrees.
     let mut fresh = node.reconciler();
-    match fresh.next(&desired).expect("next") {
+    match fresh
+        .next(&desired, &SpecGeneration::default())
+        .expect("next")
+    {
         Next::Report(again) => assert_eq!(again.state, NodeState::Applied, "{again:#?}"),
         Next::Transaction { .. } => panic!("a settled host needs no transaction"),
     }

@@ -19,11 +19,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hoststack_agent::failures::SpecGeneration;
 use hoststack_agent::host::ethtool::{ChannelCounts, ChannelInfo, Features, RingInfo, RingSizes};
 use hoststack_agent::host::files::write_existing;
 use hoststack_agent::host::{Ethtool, Files, Host, Roots, Rtnetlink};
+use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::JournalStore;
-use hoststack_agent::reconciler::{Intent, Next, Reconciler};
+use hoststack_agent::reconciler::{Next, Reconciler};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
     Channels, InterfaceMatch, InterfaceTuning, ItemResult, ItemState, Mode, NodeConfig, NodeState,
@@ -351,9 +353,9 @@ fn withdrawn() -> NodeTuning {
 
 fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
     let desired = Intent::of(Some(object));
-    match r.next(&desired).expect("next") {
+    match r.next(&desired, &SpecGeneration::default()).expect("next") {
         Next::Report(outcome) => outcome,
-        Next::Transaction { .. } => r.transact(&desired),
+        Next::Transaction { .. } => r.transact(&desired, &SpecGeneration::default()),
     }
 }
 

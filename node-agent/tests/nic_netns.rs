@@ -13,9 +13,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use hoststack_agent::failures::SpecGeneration;
 use hoststack_agent::host::Host;
+use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::JournalStore;
-use hoststack_agent::reconciler::{Intent, Next, Reconciler};
+use hoststack_agent::reconciler::{Next, Reconciler};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
     Channels, InterfaceMatch, InterfaceTuning, ItemResult, ItemState, Mode, NodeConfig, NodeState,
@@ -147,9 +149,9 @@ fn node_tuning(config: NodeConfig) -> NodeTuning {
 
 fn reconcile(r: &mut Reconciler, object: &NodeTuning) -> Outcome {
     let desired = Intent::of(Some(object));
-    match r.next(&desired).expect("next") {
+    match r.next(&desired, &SpecGeneration::default()).expect("next") {
         Next::Report(outcome) => outcome,
-        Next::Transaction { .. } => r.transact(&desired),
+        Next::Transaction { .. } => r.transact(&desired, &SpecGeneration::default()),
     }
 }
 

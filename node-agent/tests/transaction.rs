@@ -12,10 +12,12 @@ use std::panic;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hoststack_agent::failures::SpecGeneration;
 use hoststack_agent::host::Host;
+use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
 use hoststack_agent::model::{same_value, Setting};
-use hoststack_agent::reconciler::{Intent, Next, Reconciler};
+use hoststack_agent::reconciler::{Next, Reconciler};
 use hoststack_agent::transaction::{Goal, Outcome, Transactor};
 use hoststack_crds::{
     ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue, UserspaceStack,
@@ -518,14 +520,14 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], mode: Mode) -> NodeTuni
 }
 
 fn reconcile(r: &mut Reconciler, desired: &Intent) -> (bool, Outcome) {
-    match r.next(desired).expect("next") {
+    match r.next(desired, &SpecGeneration::default()).expect("next") {
         Next::Report(outcome) => (false, outcome),
         Next::Transaction { applying } => {
             if let Some(applying) = applying {
                 assert_eq!(applying.state, NodeState::Applying);
                 assert!(applying.items.iter().all(|i| i.state == ItemState::Pending));
             }
-            (true, r.transact(desired))
+            (true, r.transact(desired, &SpecGeneration::default()))
         }
     }
 }

@@ -27,8 +27,8 @@ use std::path::Path;
 use hoststack_crds::{InterfaceFacts, Mode, NodeState, StackBackend, UserspaceStack};
 
 use crate::host::ethtool::{self, Rss};
+use crate::intent::Intent;
 use crate::netlink::errno;
-use crate::reconciler::Intent;
 pub use supervisor::{Supervisor, Wanted};
 
 /// What the supervisor does about an intent.
