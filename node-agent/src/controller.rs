@@ -1,8 +1,10 @@
 //! The watch loop: connects the [`Reconciler`] to the API server.
 //!
 //! The agent watches only its own NodeTuning (a field selector on `metadata.name`), reconciles
-//! on every event and every `--resync-interval` (each reconcile re-reads the host, so this is
-//! also the drift check), and server-side-applies the status subresource as
+//! on every event that brings a copy not older than its own ([`Latest`]: watch events and the
+//! objects its status writes return are ordered by resourceVersion, so a queued older event
+//! never brings a withdrawn spec back) and every `--resync-interval` (each reconcile re-reads
+//! the host, so this is also the drift check), and server-side-applies the status subresource as
 //! [`AGENT_FIELD_MANAGER`] when, and only when, the status changed. Host work runs on the
 //! current thread (`block_in_place`): a transaction is never abandoned half-way by a signal; the
 //! loop exits cleanly on SIGTERM or SIGINT between reconciles.
@@ -41,6 +43,7 @@ use crate::health::{Ended, Sampler, Snapshot};
 use crate::host::Host;
 use crate::intent::Intent;
 use crate::journal::JournalStore;
+use crate::latest::{Latest, Road};
 use crate::reconciler::{Next, Reconciler};
 use crate::report::{self, StatusInput};
 use crate::transaction::{Outcome, Transactor};
@@ -101,19 +104,7 @@ pub async fn run(config: Config) -> Result<()> {
         config.heartbeat_interval,
     ));
     let api: Api<NodeTuning> = Api::all(client);
-    let mut agent = Agent {
-        api: api.clone(),
-        config: config.clone(),
-        reconciler,
-        object: None,
-        status_failed: false,
-        metrics,
-        last: None,
-        sampler: Sampler::new(),
-        resumed: false,
-        dataplane,
-        preview: None,
-    };
+    let mut agent = Agent::new(api.clone(), config.clone(), reconciler, metrics, dataplane);
 
     let selector = format!("metadata.name={}", config.node_name);
     let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
@@ -123,9 +114,6 @@ pub async fn run(config: Config) -> Result<()> {
     resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut sigterm = signal(SignalKind::terminate()).map_err(Error::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
-    // Objects of the current (re)list; the NodeTuning is known only once a list completed.
-    let mut listing: Option<NodeTuning> = None;
-    let mut listed = false;
     tracing::info!(node = %config.node_name, "watching NodeTuning");
 
     loop {
@@ -134,32 +122,14 @@ pub async fn run(config: Config) -> Result<()> {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: exiting"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: exiting"); break; }
             event = events.next() => match event {
-                Some(Ok(Event::Init)) => listing = None,
-                Some(Ok(Event::InitApply(object))) => listing = Some(object),
-                Some(Ok(Event::InitDone)) => {
-                    listed = true;
-                    agent.object = listing.take();
-                    agent.reconcile().await;
-                }
-                Some(Ok(Event::Apply(object))) => {
-                    agent.object = Some(object);
-                    if listed {
-                        agent.reconcile().await;
-                    }
-                }
-                Some(Ok(Event::Delete(_))) => {
-                    agent.object = None;
-                    if listed {
-                        agent.reconcile().await;
-                    }
-                }
+                Some(Ok(event)) => agent.on_event(event).await,
                 Some(Err(e)) => tracing::warn!(error = %e, "watching NodeTuning"),
                 None => {
                     tracing::error!("the watch ended");
                     break;
                 }
             },
-            _ = resync.tick(), if listed => agent.reconcile().await,
+            _ = resync.tick(), if agent.listed => agent.reconcile().await,
             _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
                 if health_deadline.is_some() => agent.end_health_window().await,
         }
@@ -175,8 +145,12 @@ struct Agent {
     api: Api<NodeTuning>,
     config: Config,
     reconciler: Reconciler,
-    /// The node's NodeTuning as last seen (from the watch or a status write).
-    object: Option<NodeTuning>,
+    /// The node's NodeTuning: the newest copy from the watch or a status write.
+    latest: Latest,
+    /// The object of the (re)list under way.
+    listing: Option<NodeTuning>,
+    /// A list has completed: the NodeTuning is known.
+    listed: bool,
     /// The last status write failed; retry soon.
     status_failed: bool,
     /// The /metrics registry: node info and the agent's work.
@@ -194,13 +168,66 @@ struct Agent {
 }
 
 impl Agent {
+    /// The loop's state before the first list.
+    fn new(
+        api: Api<NodeTuning>,
+        config: Config,
+        reconciler: Reconciler,
+        metrics: Arc<Exporter>,
+        dataplane: Supervisor,
+    ) -> Self {
+        Agent {
+            api,
+            config,
+            reconciler,
+            latest: Latest::default(),
+            listing: None,
+            listed: false,
+            status_failed: false,
+            metrics,
+            last: None,
+            sampler: Sampler::new(),
+            resumed: false,
+            dataplane,
+            preview: None,
+        }
+    }
+
+    /// Takes one watch event. A completed (re)list reconciles; after it, an event reconciles
+    /// when it brought a copy not older than the agent's own (an older one changes nothing).
+    async fn on_event(&mut self, event: Event<NodeTuning>) {
+        let taken = match event {
+            Event::Init => {
+                self.listing = None;
+                return;
+            }
+            Event::InitApply(object) => {
+                self.listing = Some(object);
+                return;
+            }
+            Event::InitDone => {
+                match self.listing.take() {
+                    Some(object) => self.latest.offer(object, Road::Relist),
+                    None => self.latest.deleted(None, Road::Relist),
+                };
+                self.listed = true;
+                true
+            }
+            Event::Apply(object) => self.latest.offer(object, Road::Watch),
+            Event::Delete(object) => self.latest.deleted(Some(&object), Road::Watch),
+        };
+        if taken && self.listed {
+            self.reconcile().await;
+        }
+    }
+
     /// One reconcile of the current object: decide, maybe transact, report. It runs in a span
     /// that names the node, the tuning and the revision, with the decision, the transaction
     /// (`apply` or `revert`) and a preview in spans of their own inside it, so that every log
     /// line says what it is about.
     async fn reconcile(&mut self) {
-        let intent = Intent::of(self.object.as_ref());
-        let spec = SpecGeneration::of(self.object.as_ref());
+        let intent = Intent::of(self.latest.object());
+        let spec = SpecGeneration::of(self.latest.object());
         let span = tracing::info_span!(
             "reconcile",
             node = %self.config.node_name,
@@ -209,13 +236,13 @@ impl Agent {
         );
         async move {
             if !std::mem::replace(&mut self.resumed, true) {
-                let previous = self.object.as_ref().and_then(|o| o.status.as_ref());
+                let previous = self.latest.object().and_then(|o| o.status.as_ref());
                 self.sampler
                     .resume(previous.and_then(|s| s.health.as_ref()));
             }
             self.metrics
                 .node_info
-                .set(NodeInfoLabels::of(self.object.as_ref()));
+                .set(NodeInfoLabels::of(self.latest.object()));
             // A revert stops the stack first; the transaction then gives its cores back.
             self.follow_dataplane(dataplane::before_transaction(&intent));
             let decide = tracing::info_span!("decide");
@@ -300,8 +327,8 @@ impl Agent {
     /// on the revision of `outcome`.
     fn follow_health_request(&mut self, outcome: &Outcome) {
         let request = self
-            .object
-            .as_ref()
+            .latest
+            .object()
             .and_then(|o| o.spec.health_request.as_ref());
         let revision = outcome.applied.as_ref().map(|a| a.revision.as_str());
         let proc_root = &self.config.proc_root;
@@ -316,7 +343,7 @@ impl Agent {
     /// Answers the spec's preview request, once per id, or forgets the answer when the request
     /// is gone.
     fn follow_preview(&mut self) {
-        let Some(object) = &self.object else {
+        let Some(object) = self.latest.object() else {
             self.preview = None;
             return;
         };
@@ -387,7 +414,7 @@ impl Agent {
 
     /// Writes the status for `outcome` when it differs from the current one.
     async fn report(&mut self, intent: &Intent, outcome: &Outcome) {
-        let Some(object) = &self.object else {
+        let Some(object) = self.latest.object() else {
             return;
         };
         let facts =
@@ -409,7 +436,9 @@ impl Agent {
             return;
         }
         match self.patch_status(status).await {
-            Ok(updated) => self.object = Some(updated),
+            Ok(updated) => {
+                self.latest.offer(updated, Road::StatusWrite);
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "writing status failed; retrying soon");
                 self.status_failed = true;
@@ -444,4 +473,240 @@ async fn resolve(host: &str, port: u16) -> Option<std::net::IpAddr> {
     }
     let mut addrs = tokio::net::lookup_host((host, port)).await.ok()?;
     addrs.next().map(|a| a.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+    use hoststack_crds::{Mode, NodeConfig, NodeState, NodeTuningSpec, SysctlValue};
+    use http::{Method, Request, Response, StatusCode};
+    use kube::client::Body;
+    use tower_test::mock::Handle;
+
+    use super::*;
+
+    const NODE: &str = "node-a";
+
+    /// The agent's watch loop state on a host under `root` (procfs, sysfs, state dir, bpffs),
+    /// its client talking to the returned mocked API server.
+    fn agent(root: &Path) -> (Agent, Handle<Request<Body>, Response<Body>>) {
+        let dir = |d: &str| {
+            let path = root.join(d);
+            std::fs::create_dir_all(&path).unwrap();
+            path.to_str().unwrap().to_string()
+        };
+        let config = Config::try_parse_from([
+            "hoststack-agent",
+            "--node-name",
+            NODE,
+            "--proc-root",
+            &dir("proc"),
+            "--sys-root",
+            &dir("sys"),
+            "--state-dir",
+            &dir("state"),
+            "--bpffs-root",
+            &dir("bpffs"),
+            "--userstack-binary",
+            "/nonexistent/hoststack-userstack",
+        ])
+        .expect("flags parse");
+        let host =
+            Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
+        let reconciler = Reconciler::new(
+            Transactor::new(host.clone(), JournalStore::new(&config.state_dir)),
+            Duration::ZERO,
+        );
+        let dataplane = Supervisor::new(
+            &config.userstack_binary(),
+            &config.state_dir,
+            Backoff::default(),
+            host,
+        );
+        let metrics = Arc::new(Exporter::new(&config.proc_root));
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api = Api::all(Client::new(service, "default"));
+        (
+            Agent::new(api, config, reconciler, metrics, dataplane),
+            handle,
+        )
+    }
+
+    /// The node config that sets `net.ipv4.tcp_sack` to 0.
+    fn sack_off() -> NodeConfig {
+        let mut c = NodeConfig::default();
+        c.sysctls
+            .insert("net.ipv4.tcp_sack".into(), SysctlValue("0".into()));
+        c
+    }
+
+    /// The node's NodeTuning at resourceVersion `version` and spec generation `generation`,
+    /// asking for `config` of tuning `edge` (`None`: the spec withdrawn).
+    fn copy(version: u64, generation: i64, config: Option<&NodeConfig>) -> NodeTuning {
+        let mut nt = NodeTuning::new(
+            NODE,
+            NodeTuningSpec {
+                tuning: config.map(|_| "edge".into()),
+                revision: config.map(NodeConfig::revision),
+                config: config.cloned(),
+                mode: Some(Mode::Apply),
+                ..NodeTuningSpec::default()
+            },
+        );
+        nt.metadata.uid = Some("uid-node-a".into());
+        nt.metadata.resource_version = Some(version.to_string());
+        nt.metadata.generation = Some(generation);
+        nt
+    }
+
+    /// Answers the agent's status writes in turn, each with the next of `answers` carrying the
+    /// status written; the states written.
+    fn api_server(
+        mut handle: Handle<Request<Body>, Response<Body>>,
+        answers: Vec<NodeTuning>,
+    ) -> tokio::task::JoinHandle<Vec<String>> {
+        tokio::spawn(async move {
+            let mut states = Vec::new();
+            for mut answer in answers {
+                let (request, send) = handle.next_request().await.expect("a status write");
+                assert_eq!(
+                    (request.method(), request.uri().path()),
+                    (
+                        &Method::PATCH,
+                        "/apis/hoststack.dev/v1alpha1/nodetunings/node-a/status"
+                    )
+                );
+                let bytes = request.into_body().collect_bytes().await.unwrap();
+                let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                let status: NodeTuningStatus =
+                    serde_json::from_value(body["status"].clone()).expect("a NodeTuningStatus");
+                states.push(status.state.map(|s| s.to_string()).unwrap_or_default());
+                answer.status = Some(status);
+                let response = Response::builder()
+                    .status(StatusCode::OK)
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+            states
+        })
+    }
+
+    /// The value of the sample `series` in the agent's /metrics.
+    fn sample(agent: &Agent, series: &str) -> Option<u64> {
+        agent
+            .metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_queued_older_event_never_brings_a_withdrawn_spec_back() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let sack = root.path().join("proc/sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let (mut agent, handle) = agent(root.path());
+        let config = sack_off();
+        let revision = config.revision();
+        // The operator withdraws the spec (version 12) while the transaction runs, so the write
+        // of Applied returns version 13 with the spec withdrawn; the revert's write returns 14.
+        let server = api_server(
+            handle,
+            vec![
+                copy(11, 1, Some(&config)),
+                copy(13, 2, None),
+                copy(14, 2, None),
+            ],
+        );
+        agent.on_event(Event::Init).await;
+        agent
+            .on_event(Event::InitApply(copy(10, 1, Some(&config))))
+            .await;
+        agent.on_event(Event::InitDone).await;
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "0\n", "applied");
+        // The next reconcile (a resync) acts on the newest copy: it reverts.
+        agent.reconcile().await;
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n", "reverted");
+        // The watch now delivers what was queued behind the writes: the copy of the first
+        // status write still asks for the revision. It is older than the agent's: ignored.
+        agent
+            .on_event(Event::Apply(copy(11, 1, Some(&config))))
+            .await;
+        assert_eq!(
+            std::fs::read_to_string(&sack).unwrap(),
+            "1\n",
+            "the withdrawn revision came back"
+        );
+        agent.on_event(Event::Apply(copy(12, 2, None))).await;
+        let states = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("every status write made")
+            .expect("the writes were as expected");
+        assert_eq!(states, ["Applying", "Applied", "Reverted"]);
+        let applied = format!(
+            "hoststack_agent_revision_transactions_total{{tuning=\"edge\",revision=\"{revision}\",result=\"applied\"}}"
+        );
+        assert_eq!(sample(&agent, &applied), Some(1));
+        assert_eq!(
+            sample(
+                &agent,
+                "hoststack_agent_transactions_total{result=\"reverted\"}"
+            ),
+            Some(1)
+        );
+        assert_eq!(
+            agent
+                .latest
+                .object()
+                .map(|o| o.metadata.resource_version.clone()),
+            Some(Some("14".into()))
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_relist_is_taken_and_a_new_assignment_applies() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let sack = root.path().join("proc/sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let (mut agent, handle) = agent(root.path());
+        let config = sack_off();
+        let server = api_server(
+            handle,
+            vec![copy(21, 3, Some(&config)), copy(22, 3, Some(&config))],
+        );
+        // Known: the spec withdrawn at version 14.
+        agent.latest.offer(copy(14, 2, None), Road::StatusWrite);
+        agent.listed = true;
+        // The watch desynced; the relist finds the revision assigned again.
+        agent.on_event(Event::Init).await;
+        agent
+            .on_event(Event::InitApply(copy(20, 3, Some(&config))))
+            .await;
+        agent.on_event(Event::InitDone).await;
+        let states = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("every status write made")
+            .expect("the writes were as expected");
+        assert_eq!(states, ["Applying", "Applied"]);
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "0\n");
+        assert_eq!(
+            agent
+                .latest
+                .object()
+                .and_then(|o| o.status.as_ref())
+                .and_then(|s| s.state),
+            Some(NodeState::Applied)
+        );
+        // A relist that no longer finds the object: deleted, the host reverted (no status to
+        // write to).
+        agent.on_event(Event::Init).await;
+        agent.on_event(Event::InitDone).await;
+        assert!(agent.latest.object().is_none());
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n");
+    }
 }

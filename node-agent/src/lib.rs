@@ -36,8 +36,8 @@
 //! 8. The agent's other shells: [`exporter`] serves `/metrics`, [`health`] measures TCP health
 //!    samples over the windows the operator asks for, [`heartbeat`] renews the Lease that tells
 //!    the operator this agent is alive.
-//! 9. The watch loop, [`controller`], with its flags, [`config`]: connects it all to the API
-//!    server.
+//! 9. The watch loop, [`controller`], with its flags, [`config`], and [`latest`], its copy of
+//!    the NodeTuning, which never goes back in time: connects it all to the API server.
 
 #![deny(missing_docs)]
 
@@ -59,6 +59,7 @@ pub mod heartbeat;
 pub mod host;
 pub mod intent;
 pub mod journal;
+pub mod latest;
 pub mod model;
 pub mod netlink;
 pub mod paths;
