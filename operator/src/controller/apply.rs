@@ -498,8 +498,9 @@ mod tests {
     use super::*;
     use crate::controller::decision::Why;
     use crate::controller::fixtures::{
-        config, heartbeat, node, node_tuning, spec_on, tuning, World,
+        config, heartbeat, node, node_tuning, spec_on, tuning, World, UID,
     };
+    use crate::controller::snapshot::StatusWrite;
     use crate::rollout::history::Entry;
     use crate::selection::NodeLabels;
     use hoststack_crds::{NodeState, Rollout, RolloutPhase, WaveStatus};
@@ -835,5 +836,74 @@ mod tests {
         };
         assert_eq!(again.status, Some(status));
         assert!(again.events.is_empty());
+    }
+
+    #[test]
+    fn a_cache_that_lags_the_own_rolled_back_write_puts_no_node_back_on_the_failed_revision() {
+        let mut edge = tuning("edge", "edge", "1");
+        let r2 = edge.spec.config.revision();
+        let r1 = tuning("edge", "edge", "0").spec.config.revision();
+        // The cache: the canary b's wave in flight (version 10). The operator's own write
+        // (version 12): rolled back. The canary has since reverted and applied the stable one.
+        edge.metadata.resource_version = Some("10".into());
+        edge.status = Some(rolling(&r2, &r1, "b"));
+        let rolled_back = NetworkTuningStatus {
+            phase: Some(Phase::RolledBack),
+            message: Some("b failed to apply".into()),
+            ..rolling(&r2, &r1, "b")
+        };
+        let on_stable = |n: &str| {
+            let spec = spec_on("edge", Some((&r1, "0")), RolloutPhase::Stable);
+            node_tuning(n, spec, Some((NodeState::Applied, "edge", &r1)))
+        };
+        let world = || World {
+            tunings: vec![edge.clone()],
+            nodes: vec![
+                node("a", "edge", true, false),
+                node("b", "edge", true, true),
+            ],
+            node_tunings: vec![on_stable("a"), on_stable("b")],
+            heartbeats: vec![heartbeat("a"), heartbeat("b")],
+        };
+        let recorded = history(&[(&r1, "0"), (&r2, "1")]);
+        let decide = |snap: &Snapshot| {
+            let newest = snap.newest(&edge);
+            let step = prepare(&newest, snap).unwrap_or_else(|_| panic!("a valid rollout"));
+            step.decide(&recorded, (Verdict::Pending, None))
+        };
+
+        // From the cache alone the wave goes on: the canary back on the failed revision.
+        let stale = decide(&snapshot(world()));
+        assert_eq!(
+            writes(&stale),
+            [
+                (
+                    "a",
+                    Some(r1.as_str()),
+                    Some(RolloutPhase::Baseline),
+                    Why::Assign
+                ),
+                (
+                    "b",
+                    Some(r2.as_str()),
+                    Some(RolloutPhase::Canary),
+                    Why::Assign
+                )
+            ]
+        );
+
+        // From the newer own write: still rolled back, no node goes anywhere.
+        let written = StatusWrite {
+            resource_version: Some("12".into()),
+            status: rolled_back,
+        };
+        let snap = snapshot(world()).with_status_writes([(UID.to_string(), written)].into());
+        let d = decide(&snap);
+        assert_eq!(writes(&d), []);
+        assert_eq!(phase(&d), Some(Phase::RolledBack));
+        assert_eq!(reasons(&d), Vec::<&str>::new());
+        let status = d.status.expect("a status");
+        assert_eq!(status.stable_revision.as_deref(), Some(r1.as_str()));
+        assert_eq!(status.waves[0].result, "RolledBack");
     }
 }

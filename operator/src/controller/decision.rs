@@ -16,8 +16,9 @@ use super::writes::AgentLabel;
 /// the agent labels and the history, and the events last.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    /// The tuning's status; written when it differs from the one the tuning has. `None`:
-    /// nothing to report.
+    /// The tuning's status; written when it differs from the one the reconcile planned from
+    /// (the newer of the cached one and the operator's own last write). `None`: nothing to
+    /// report.
     pub status: Option<NetworkTuningStatus>,
     /// What the operator's per-tuning gauges do.
     pub gauges: Gauges,

@@ -1,5 +1,6 @@
 //! The thin shell that carries a [`Decision`] out against the API server, in the order of its
-//! fields: the status, the gauges, the NodeTuning specs (server-side apply), the agent labels,
+//! fields: the status (recording what the API server answered, so that the next reconcile
+//! plans from it even before the cache has caught up), the gauges, the NodeTuning specs (server-side apply), the agent labels,
 //! the revision history, the events (a failure to record one is logged, never fatal), and what
 //! happens next. It decides nothing.
 
@@ -29,7 +30,7 @@ pub async fn carry_out(
 ) -> Result<Action> {
     let name = tuning.name_any();
     if let Some(status) = &decision.status {
-        write_status(&ctx.client, tuning, status).await?;
+        write_status(ctx, tuning, status).await?;
     }
     match (decision.gauges, &decision.status) {
         (Gauges::Show, Some(status)) => ctx.metrics.observe_status(&name, status),
@@ -61,27 +62,29 @@ pub async fn carry_out(
     }
 }
 
-/// Writes a tuning's status when it differs from the one it has.
+/// Writes a tuning's status when it differs from the one it has, and records the answer.
 async fn write_status(
-    client: &Client,
+    ctx: &Context,
     tuning: &NetworkTuning,
     status: &NetworkTuningStatus,
 ) -> Result<()> {
     if tuning.status.as_ref() == Some(status) {
         return Ok(());
     }
-    let api = Api::<NetworkTuning>::all(client.clone());
+    let api = Api::<NetworkTuning>::all(ctx.client.clone());
     let patch = json!({
         "apiVersion": NetworkTuning::api_version(&()),
         "kind": NetworkTuning::kind(&()),
         "status": status,
     });
-    api.patch_status(
-        &tuning.name_any(),
-        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    let written = api
+        .patch_status(
+            &tuning.name_any(),
+            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    ctx.record_status_write(&written);
     Ok(())
 }
 

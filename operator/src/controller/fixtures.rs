@@ -37,6 +37,9 @@ use crate::metrics::Metrics;
 /// The uid of every test tuning (the owner of its revision history).
 pub const UID: &str = "uid-edge";
 
+/// The resourceVersion the mocked API server answers a tuning's status write with.
+pub const WRITTEN_VERSION: &str = "12";
+
 /// A tuning named `name` selecting `pool=<pool>`, with the sysctl `net.ipv4.tcp_sack=<sack>`
 /// as its config, generation 1, created at second 1.
 pub fn tuning(name: &str, pool: &str, sack: &str) -> NetworkTuning {
@@ -226,6 +229,7 @@ impl Context {
             revert_timeout: Duration::from_secs(120),
             metrics: Arc::new(Metrics::default()),
             namespace: DEFAULT_NAMESPACE.into(),
+            status_writes: Default::default(),
         };
         (Arc::new(ctx), ApiServerVerifier(handle))
     }
@@ -275,6 +279,15 @@ pub enum Scenario {
         failed: String,
         /// The canary (first) and the other node.
         nodes: [&'static str; 2],
+    },
+    /// A rolled-back tuning whose nodes are all back on the stable revision: the history is
+    /// read and the status (still RolledBack, the nodes' counts updated) written; no node's
+    /// spec changes and no event is recorded.
+    StaysRolledBack {
+        /// The stable revision (and its config).
+        stable: (String, &'static str),
+        /// The failed revision.
+        failed: String,
     },
     /// A deleted tuning whose nodes all reverted: the agent label goes, the history is
     /// deleted, a Reverted event is recorded and the finalizer is removed.
@@ -451,6 +464,23 @@ impl ApiServerVerifier {
                     .event("RolledBack")
                     .await;
                 }
+                Scenario::StaysRolledBack { stable, failed } => {
+                    let (stable, sack) = stable;
+                    self.history(
+                        "edge",
+                        vec![
+                            recorded("edge", &stable, sack, 1),
+                            recorded("edge", &failed, "1", 2),
+                        ],
+                    )
+                    .await
+                    .status("edge", |s| {
+                        assert_eq!(s["phase"], "RolledBack", "{s}");
+                        assert_eq!(s["currentRevision"], failed.as_str(), "{s}");
+                        assert_eq!(s["waves"][0]["result"], "RolledBack", "{s}");
+                    })
+                    .await;
+                }
                 Scenario::FinalizerRemoved { node, revision } => {
                     self.agent_label(node, false)
                         .await
@@ -571,6 +601,7 @@ impl ApiServerVerifier {
             .await;
         check(&body["status"]);
         let mut answered = self::tuning(tuning, "edge", "1");
+        answered.metadata.resource_version = Some(WRITTEN_VERSION.into());
         answered.status = Some(
             serde_json::from_value::<NetworkTuningStatus>(body["status"].clone())
                 .expect("a NetworkTuningStatus"),

@@ -1,7 +1,9 @@
 //! The NetworkTuning controller: [`Context`], [`run`], [`reconcile`] and [`error_policy`].
 //!
-//! A reconcile reads a [`Snapshot`] of the caches, asks what it cannot know from them (the
-//! revision history, the analysis gate), decides with a pure function of those
+//! A reconcile reads a [`Snapshot`] of the caches and of the operator's own latest status
+//! writes (it plans from the newer of the cached tuning and its own last write:
+//! [`Snapshot::newest`]), asks what it cannot know from them (the revision history, the
+//! analysis gate), decides with a pure function of those
 //! ([`apply::prepare`] and [`apply::Apply::decide`] for a live tuning, [`cleanup::decide`] for
 //! a deleted one) and hands the [`decision::Decision`] to [`effects::carry_out`]. Every
 //! reconcile runs in a span naming the tuning and its revision; every NodeTuning write in a
@@ -19,7 +21,8 @@ mod fixtures;
 #[cfg(test)]
 mod tests;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{future, StreamExt};
@@ -42,6 +45,7 @@ use crate::rollout::{gate, history};
 use crate::selection::NodeLabels;
 use crate::{Error, Result};
 pub use snapshot::Snapshot;
+use snapshot::StatusWrite;
 
 /// How soon a deleted tuning looks again at its nodes' reverts.
 const REVERT_POLL: Duration = Duration::from_secs(1);
@@ -60,6 +64,8 @@ pub struct Context {
     metrics: Arc<Metrics>,
     /// Where the revision history (ControllerRevisions) lives.
     namespace: String,
+    /// The operator's own latest status write to each tuning, by uid (the cache may lag it).
+    status_writes: Mutex<BTreeMap<String, StatusWrite>>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -132,6 +138,7 @@ pub async fn run(
         revert_timeout,
         metrics,
         namespace: namespace.to_string(),
+        status_writes: Mutex::default(),
     });
     controller
         .reconcile_all_on(triggers)
@@ -191,7 +198,18 @@ pub fn error_policy(tuning: Arc<NetworkTuning>, error: &Error, _ctx: Arc<Context
 }
 
 impl Context {
-    /// The caches as they are now.
+    /// Records the tuning the API server answered a status write with.
+    fn record_status_write(&self, written: &NetworkTuning) {
+        if let Some(uid) = &written.metadata.uid {
+            self.status_writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.clone(), StatusWrite::of(written));
+        }
+    }
+
+    /// The caches as they are now, with the operator's own latest status writes (those of
+    /// tunings gone from the cache are forgotten).
     fn snapshot(&self) -> Snapshot {
         let nodes = self
             .nodes
@@ -209,13 +227,20 @@ impl Context {
             .map(|nt| nt.as_ref().clone())
             .collect::<Vec<_>>();
         let heartbeats = self.heartbeats.state();
+        let tunings = self.tunings.state();
+        let status_writes = {
+            let mut writes = self.status_writes.lock().unwrap_or_else(|e| e.into_inner());
+            writes.retain(|uid, _| tunings.iter().any(|t| t.uid().as_ref() == Some(uid)));
+            writes.clone()
+        };
         Snapshot::new(
-            self.tunings.state(),
+            tunings,
             nodes,
             node_tunings,
             heartbeats.iter().map(|l| l.as_ref()),
             Timestamp::now(),
         )
+        .with_status_writes(status_writes)
     }
 }
 
@@ -223,6 +248,8 @@ impl Context {
 /// reports.
 async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
     let snap = ctx.snapshot();
+    let tuning = snap.newest(tuning);
+    let tuning = tuning.as_ref();
     let decision = match apply::prepare(tuning, &snap) {
         Err(invalid) => *invalid,
         Ok(step) => {
@@ -246,6 +273,8 @@ async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action>
 
 /// Withdraws a deleted tuning from its nodes and waits, bounded, until they confirm the revert.
 async fn reconcile_deleted(tuning: &NetworkTuning, ctx: &Context) -> Result<Action> {
-    let decision = cleanup::decide(tuning, &ctx.snapshot(), ctx.revert_timeout);
-    effects::carry_out(ctx, tuning, decision).await
+    let snap = ctx.snapshot();
+    let tuning = snap.newest(tuning);
+    let decision = cleanup::decide(&tuning, &snap, ctx.revert_timeout);
+    effects::carry_out(ctx, &tuning, decision).await
 }

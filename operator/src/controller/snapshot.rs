@@ -1,18 +1,50 @@
 //! The cluster as one reconcile sees it: the tunings, the nodes' labels, their NodeTunings,
-//! whose agents' heartbeats are valid, who governs which node, and the clock, all read once at
-//! the start. What a reconcile decides is a pure function of this (and of the revision history
-//! and the analysis verdict), so a test builds one by hand.
+//! whose agents' heartbeats are valid, who governs which node, the operator's own latest status
+//! writes, and the clock, all read once at the start. What a reconcile decides is a pure
+//! function of this (and of the revision history and the analysis verdict), so a test builds
+//! one by hand.
+//!
+//! The rollout's progress lives in the tuning's status, and the cached tuning can lag the
+//! operator's own last write of it: a reconcile triggered by a NodeTuning event right after a
+//! RolledBack write would still see the wave in flight, and put the canary back on the failed
+//! revision. [`Snapshot::newest`] is the tuning a reconcile plans from: the cached copy, with
+//! the status of the operator's own last write instead when that write is newer (by
+//! resourceVersion, [`hoststack_crds::resource_version`]). When the two cannot be ordered (a
+//! resourceVersion that is not an integer) the cache wins, as before this rule.
 
+use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hoststack_crds::{NetworkTuning, NodeTuning, AGENT_LEASE_PREFIX};
+use hoststack_crds::{
+    resource_version, NetworkTuning, NetworkTuningStatus, NodeTuning, AGENT_LEASE_PREFIX,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::selection::{assign, Assignment, NodeLabels};
+
+/// The status the operator last wrote to a tuning, as the API server answered the write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusWrite {
+    /// The tuning's resourceVersion right after the write.
+    pub resource_version: Option<String>,
+    /// Its status then.
+    pub status: NetworkTuningStatus,
+}
+
+impl StatusWrite {
+    /// The record of a status write the API server answered with `written`.
+    pub fn of(written: &NetworkTuning) -> Self {
+        StatusWrite {
+            resource_version: written.metadata.resource_version.clone(),
+            status: written.status.clone().unwrap_or_default(),
+        }
+    }
+}
 
 /// The cluster as the caches saw it at `now`.
 pub struct Snapshot {
@@ -26,6 +58,8 @@ pub struct Snapshot {
     pub assignment: Assignment,
     /// Nodes whose agent's heartbeat Lease is valid at `now`.
     pub alive: BTreeSet<String>,
+    /// The operator's own latest status write to each tuning, by the tuning's uid.
+    pub status_writes: BTreeMap<String, StatusWrite>,
     /// When the snapshot was taken.
     pub now: Time,
 }
@@ -52,7 +86,52 @@ impl Snapshot {
             tunings,
             nodes,
             assignment,
+            status_writes: BTreeMap::new(),
             now: Time(now),
+        }
+    }
+
+    /// The snapshot with the operator's own latest status writes, by tuning uid.
+    pub fn with_status_writes(mut self, writes: BTreeMap<String, StatusWrite>) -> Self {
+        self.status_writes = writes;
+        self
+    }
+
+    /// `tuning` as a reconcile plans from it: the cached copy, or that copy with the status of
+    /// the operator's own last write when the write is newer than the copy.
+    pub fn newest<'a>(&self, tuning: &'a NetworkTuning) -> Cow<'a, NetworkTuning> {
+        let Some(write) = tuning
+            .metadata
+            .uid
+            .as_ref()
+            .and_then(|uid| self.status_writes.get(uid))
+        else {
+            return Cow::Borrowed(tuning);
+        };
+        let cached = tuning.metadata.resource_version.as_deref();
+        let written = write.resource_version.as_deref();
+        match resource_version::compare(written, cached) {
+            Some(Ordering::Greater) => {
+                tracing::debug!(
+                    tuning = %tuning.name_any(),
+                    cached,
+                    written,
+                    "the cached tuning is older than the operator's own status write; planning from the write"
+                );
+                let mut newest = tuning.clone();
+                newest.status = Some(write.status.clone());
+                Cow::Owned(newest)
+            }
+            Some(Ordering::Equal | Ordering::Less) => Cow::Borrowed(tuning),
+            None => {
+                tracing::debug!(
+                    tuning = %tuning.name_any(),
+                    cached,
+                    written,
+                    "resourceVersions that are not integers; planning from the cache"
+                );
+                Cow::Borrowed(tuning)
+            }
         }
     }
 
@@ -78,7 +157,7 @@ fn heartbeat_node(lease: &Lease, now: Timestamp) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hoststack_crds::agent_lease_name;
+    use hoststack_crds::{agent_lease_name, Phase};
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use kube::api::ObjectMeta;
@@ -128,5 +207,83 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(snap.now_secs(), 1_000);
+    }
+
+    #[test]
+    fn a_reconcile_plans_from_the_newer_of_the_cache_and_its_own_write() {
+        let mut cached = NetworkTuning::new("edge", Default::default());
+        cached.metadata.uid = Some("uid-edge".into());
+        cached.metadata.resource_version = Some("10".into());
+        cached.status = Some(status_of(Phase::Progressing));
+        // (what, the write's uid, its resourceVersion, the phase planned from)
+        let table = [
+            ("no write", None, None, Phase::Progressing),
+            (
+                "a newer write",
+                Some("uid-edge"),
+                Some("12"),
+                Phase::RolledBack,
+            ),
+            (
+                "the write the cache holds",
+                Some("uid-edge"),
+                Some("10"),
+                Phase::Progressing,
+            ),
+            (
+                "a write the cache is past",
+                Some("uid-edge"),
+                Some("9"),
+                Phase::Progressing,
+            ),
+            (
+                "no order",
+                Some("uid-edge"),
+                Some("v12"),
+                Phase::Progressing,
+            ),
+            ("no version", Some("uid-edge"), None, Phase::Progressing),
+            (
+                "another tuning of that name",
+                Some("uid-old"),
+                Some("12"),
+                Phase::Progressing,
+            ),
+        ];
+        for (what, uid, version, want) in table {
+            let writes: BTreeMap<String, StatusWrite> = uid
+                .map(|uid: &str| {
+                    let write = StatusWrite {
+                        resource_version: version.map(Into::into),
+                        status: status_of(Phase::RolledBack),
+                    };
+                    (uid.to_string(), write)
+                })
+                .into_iter()
+                .collect();
+            let snap = Snapshot::new(
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+                [],
+                Timestamp::from_second(1_000).unwrap(),
+            )
+            .with_status_writes(writes);
+            let newest = snap.newest(&cached);
+            assert_eq!(
+                newest.status.as_ref().and_then(|s| s.phase),
+                Some(want),
+                "{what}"
+            );
+            // Only the status comes from the write: the rest is the cached copy.
+            assert_eq!(newest.metadata, cached.metadata, "{what}");
+        }
+    }
+
+    fn status_of(phase: Phase) -> NetworkTuningStatus {
+        NetworkTuningStatus {
+            phase: Some(phase),
+            ..Default::default()
+        }
     }
 }

@@ -241,6 +241,97 @@ async fn a_failed_canary_rolls_every_node_back_to_the_stable_revision() {
 }
 
 #[tokio::test]
+async fn a_cache_that_lags_the_own_rolled_back_write_puts_no_node_back_on_the_failed_revision() {
+    let mut edge = finalized(tuning("edge", "edge", "1"));
+    let failed = edge.spec.config.revision();
+    let stable = tuning("edge", "edge", "0").spec.config.revision();
+    // The cached tuning, older than the operator's write of RolledBack below: the canary's
+    // wave is in flight.
+    edge.metadata.resource_version = Some("10".into());
+    edge.status = Some(NetworkTuningStatus {
+        observed_generation: Some(1),
+        current_revision: Some(failed.clone()),
+        stable_revision: Some(stable.clone()),
+        phase: Some(Phase::Progressing),
+        waves: vec![WaveStatus {
+            index: 0,
+            nodes: vec!["node-a".into()],
+            ..WaveStatus::default()
+        }],
+        ..NetworkTuningStatus::default()
+    });
+    let nodes = vec![
+        node("node-a", "edge", true, false),
+        node("node-b", "edge", true, false),
+    ];
+    let alive = vec![heartbeat("node-a"), heartbeat("node-b")];
+    let (ctx, server) = Context::test(World {
+        tunings: vec![edge.clone()],
+        nodes: nodes.clone(),
+        node_tunings: vec![
+            node_tuning(
+                "node-a",
+                spec_on("edge", Some((&failed, "1")), RolloutPhase::Canary),
+                Some((NodeState::Failed, "edge", &failed)),
+            ),
+            node_tuning(
+                "node-b",
+                spec_on("edge", Some((&stable, "0")), RolloutPhase::Baseline),
+                Some((NodeState::Applied, "edge", &stable)),
+            ),
+        ],
+        heartbeats: alive.clone(),
+    });
+    let verifier = server.run(Scenario::RolledBack {
+        stable: (stable.clone(), "0"),
+        failed: failed.clone(),
+        nodes: ["node-a", "node-b"],
+    });
+    reconcile(Arc::new(edge.clone()), ctx.clone())
+        .await
+        .expect("reconciled");
+    finish(verifier).await;
+
+    // The canary has reverted and applied the stable revision, and its report triggers the
+    // next reconcile before the cached tuning has caught up with the RolledBack write: the
+    // cache still shows the canary's wave in flight, which would put it back on the failed
+    // revision.
+    let on_stable = spec_on("edge", Some((&stable, "0")), RolloutPhase::Stable);
+    let (lagging, server) = Context::test(World {
+        tunings: vec![edge.clone()],
+        nodes,
+        node_tunings: vec![
+            node_tuning(
+                "node-a",
+                on_stable.clone(),
+                Some((NodeState::Applied, "edge", &stable)),
+            ),
+            node_tuning(
+                "node-b",
+                on_stable,
+                Some((NodeState::Applied, "edge", &stable)),
+            ),
+        ],
+        heartbeats: alive,
+    });
+    let written = ctx.status_writes.lock().unwrap().clone();
+    assert_eq!(
+        written.values().map(|w| w.status.phase).collect::<Vec<_>>(),
+        [Some(Phase::RolledBack)]
+    );
+    *lagging.status_writes.lock().unwrap() = written;
+    let verifier = server.run(Scenario::StaysRolledBack {
+        stable: (stable, "0"),
+        failed,
+    });
+    let action = reconcile(Arc::new(edge), lagging)
+        .await
+        .expect("reconciled");
+    finish(verifier).await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+}
+
+#[tokio::test]
 async fn a_deleted_tuning_whose_nodes_reverted_lets_go_of_its_finalizer() {
     let edge = deleted(tuning("edge", "edge", "1"), Timestamp::now());
     let revision = edge.spec.config.revision();
