@@ -188,3 +188,46 @@ pub fn sample(text: &str, series: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
+
+/// The transactions an agent's /metrics `text` counts for `revision`, by result (`applied`,
+/// `failed`), from `hoststack_agent_revision_transactions_total`: empty when it ran none.
+pub fn revision_transactions(text: &str, revision: &str) -> BTreeMap<String, u64> {
+    let label = |labels: &str, name: &str| -> Option<String> {
+        let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = labels[start..].find('"')?;
+        Some(labels[start..start + len].to_string())
+    };
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("hoststack_agent_revision_transactions_total{")?;
+            let (labels, value) = rest.split_once("} ")?;
+            if label(labels, "revision")? != revision {
+                return None;
+            }
+            Some((label(labels, "result")?, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_of_one_revision_by_result() {
+        let text = "# TYPE hoststack_agent_revision_transactions counter\n\
+            hoststack_agent_revision_transactions_total{tuning=\"edge\",revision=\"r1\",result=\"applied\"} 2\n\
+            hoststack_agent_revision_transactions_total{tuning=\"edge\",revision=\"r2\",result=\"failed\"} 1\n\
+            hoststack_agent_revision_transactions_total{tuning=\"edge\",revision=\"r1\",result=\"failed\"} 1\n\
+            hoststack_agent_transactions_total{result=\"failed\"} 2\n";
+        assert_eq!(
+            revision_transactions(text, "r1"),
+            BTreeMap::from([("applied".into(), 2), ("failed".into(), 1)])
+        );
+        assert_eq!(
+            revision_transactions(text, "r2"),
+            BTreeMap::from([("failed".into(), 1)])
+        );
+        assert!(revision_transactions(text, "r3").is_empty());
+    }
+}

@@ -10,10 +10,10 @@
 //! Each test starts its own lab of five nodes: node-a..node-d in pool=edge (the tuning's
 //! nodes) and node-e in pool=core (the traffic's far end in the regression tests).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use hoststack_e2e::prometheus::{sample, scrape, Prometheus};
+use hoststack_e2e::prometheus::{revision_transactions, sample, scrape, Prometheus};
 use hoststack_e2e::traffic::{Bulk, Loss, BASE_PORT};
 use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
 use serde_json::Value;
@@ -114,6 +114,12 @@ fn assigned(lab: &Lab, node: &str) -> BTreeSet<String> {
             Some(rest[..rest.find('"')?].to_string())
         })
         .collect()
+}
+
+/// The transactions `node`'s agent ran for `revision`, by result, from its own counters.
+fn transactions(lab: &Lab, node: &str, revision: &str) -> BTreeMap<String, u64> {
+    let metrics = scrape(lab.agent_metrics_address(node)).expect("the agent's /metrics answers");
+    revision_transactions(&metrics, revision)
 }
 
 fn events(lab: &Lab, tuning: &str) -> String {
@@ -405,6 +411,13 @@ fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
             node == "node-b",
             "{node} was asked for {asked:?}"
         );
+        // The canary tried the bad revision exactly once, by its own counters.
+        let tried = (node == "node-b").then(|| ("failed".to_string(), 1));
+        assert_eq!(
+            transactions(&lab, node, &bad_revision),
+            tried.into_iter().collect(),
+            "{node}'s transactions of the bad revision"
+        );
     }
     assert!(events(&lab, "edge").contains("RolledBack"));
     // It stays rolled back until the spec changes.
@@ -463,6 +476,16 @@ fn regression(lab: &Lab, canary: &str, analysis: &str) -> Value {
     lab.wait_for("the canary to be reverted", STEP, || {
         (lab.sysctl(canary, "net.ipv4.tcp_sack") == "1").then_some(())
     });
+    // The canary applied the rolled-back revision exactly once, the others never.
+    let revision = back["currentRevision"].as_str().unwrap();
+    for node in EDGE {
+        let ran = (node == canary).then(|| ("applied".to_string(), 1));
+        assert_eq!(
+            transactions(lab, node, revision),
+            ran.into_iter().collect(),
+            "{node}'s transactions of the rolled-back revision"
+        );
+    }
     back
 }
 

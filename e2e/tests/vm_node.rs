@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hoststack_e2e::prometheus::{revision_transactions, scrape};
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI, MGMT_IF, MGMT_PCI};
 use hoststack_e2e::{Lab, LabConfig, NodeSpec};
 
@@ -91,13 +92,27 @@ fn await_applied(lab: &Lab) -> serde_json::Value {
 }
 
 /// Waits until the rollout of the tuning's newest revision was rolled back (the node failed
-/// to apply it); the tuning's message.
-fn await_rolled_back(lab: &Lab) -> String {
-    let message = lab.wait_for_guest(NODE, "vm-tuning to be rolled back", CONVERGE, || {
+/// to apply it); the tuning's message and the rolled-back revision.
+fn await_rolled_back(lab: &Lab) -> (String, String) {
+    lab.wait_for_guest(NODE, "vm-tuning to be rolled back", CONVERGE, || {
         let status = tuning_status(lab)?;
-        (status["phase"] == "RolledBack").then(|| status["message"].as_str().map(str::to_string))
-    });
-    message.unwrap_or_default()
+        (status["phase"] == "RolledBack").then(|| {
+            let text = |key: &str| status[key].as_str().unwrap_or_default().to_string();
+            (text("message"), text("currentRevision"))
+        })
+    })
+}
+
+/// Panics unless the node's agent ran `revision` exactly once, and that transaction failed:
+/// its own per-revision transaction counters (a second attempt of a failed revision is what
+/// the agent must never make).
+fn assert_failed_once(lab: &Lab, revision: &str) {
+    let metrics = scrape(lab.agent_metrics_address(NODE)).expect("the agent's /metrics answers");
+    assert_eq!(
+        revision_transactions(&metrics, revision),
+        BTreeMap::from([("failed".to_string(), 1)]),
+        "{NODE}'s transactions of revision {revision}"
+    );
 }
 
 /// Waits until the node's agent has restored everything (no tuning governs it).
@@ -169,14 +184,6 @@ fn snapshot(vm: &Vm) -> String {
            echo irq $i $(cat /proc/irq/$i/smp_affinity_list); done; \
          cat {HUGE_NODE0} {HUGE_NODE1}; readlink /sys/bus/pci/devices/{DATA_PCI}/driver"
     ))
-}
-
-/// Waits (bounded) until the guest matches `before`, then [`assert_guest_unchanged`]. The agent
-/// may still be in a second attempt of a failed revision when the node has reported the
-/// rollback (seen once in CI: the attempt failed the same way and restored what it wrote).
-fn await_guest_unchanged(vm: &Vm, before: &str, what: &str) {
-    let _ = vm.wait_for(CONVERGE, || (snapshot(vm) == before).then_some(()));
-    assert_guest_unchanged(vm, before, what);
 }
 
 /// Panics with `what`, the snapshot lines that differ and the guest kernel's last messages when
@@ -314,7 +321,7 @@ fn step_management_guard(lab: &Lab, vm: &Vm) {
         lab,
         "  interfaces:\n  - match:\n      name: eth0\n    dpdk:\n      driver: vfio-pci\n",
     );
-    let message = await_rolled_back(lab);
+    let (message, _) = await_rolled_back(lab);
     assert!(
         message.contains("refusing to bind eth0 (0000:00:02.0) to vfio-pci")
             && message.contains("it carries the default route")
@@ -471,14 +478,17 @@ fn step_hugepages(lab: &Lab, vm: &Vm) {
          - size: 2Mi\n    numaNode: 1\n    count: 16\n  interfaces:\n  - match:\n      \
          name: eth1\n    mtu: 1400\n",
     );
-    let message = await_rolled_back(lab);
+    let (message, failed) = await_rolled_back(lab);
     eprintln!("the impossible hugepage count: {message}");
     assert!(message.contains("asked 100000, got "), "{message}");
-    // The rollback withdraws the revision from the node; once the node has settled on that,
-    // the guest is as it was.
+    // The failed transaction restored what it wrote before it reported; the rollback withdraws
+    // the revision, and the node settles on that without trying the revision again.
     await_reverted(lab);
-    await_guest_unchanged(vm, &before, "a failed revision left changes behind");
+    assert_guest_unchanged(vm, &before, "a failed revision left changes behind");
+    assert_failed_once(lab, &failed);
     delete_and_await_revert(lab);
+    assert_guest_unchanged(vm, &before, "the failed revision was tried again");
+    assert_failed_once(lab, &failed);
 }
 
 /// Channels 4 → 2 and back, rings, offloads and MTU over netlink; IRQ affinity of the data
@@ -510,7 +520,9 @@ fn step_nic_irq_rps_xps(lab: &Lab, vm: &Vm) {
             "only the ring sizes may fail on virtio-net: {status:#}"
         );
         eprintln!("virtio-net refused the ring size: {}", ring["message"]);
-        await_guest_unchanged(vm, &before, "a failed revision left changes behind");
+        assert_guest_unchanged(vm, &before, "a failed revision left changes behind");
+        let refused = status["observedRevision"].as_str().unwrap_or_default();
+        assert_failed_once(lab, refused);
         // Without the rings, the rest applies.
         apply(
             lab,
@@ -520,6 +532,8 @@ fn step_nic_irq_rps_xps(lab: &Lab, vm: &Vm) {
              cpus: \"1\"\n    xps:\n      cpus: \"0-1\"\n",
         );
         await_applied(lab);
+        // Rolled back and replaced, and never tried again.
+        assert_failed_once(lab, refused);
     } else {
         assert_eq!(
             vm.run(&format!("ethtool -g {DATA_IF}"))
