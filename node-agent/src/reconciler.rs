@@ -111,7 +111,8 @@ impl Reconciler {
             );
             if irqbalance && in_effect && item.kind == Kind::IrqAffinity.as_str() {
                 item.message = Some(
-                    "warning: irqbalance is running and may move this IRQ again; stop it or ban                      the IRQ (IRQBALANCE_BANNED_CPUS/--banirq)"
+                    "warning: irqbalance is running and may move this IRQ again; stop it or ban \
+                     the IRQ (IRQBALANCE_BANNED_CPUS/--banirq)"
                         .into(),
                 );
             } else if item.kind == Kind::PciDriver.as_str()

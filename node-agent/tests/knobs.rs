@@ -858,10 +858,12 @@ fn irq_items_warn_while_irqbalance_runs() {
     assert_eq!(outcome.state, NodeState::Applied, "{outcome:#?}");
     let irq = item(&outcome, "irqAffinity", "42");
     assert_eq!(irq.actual.as_deref(), Some("3"));
-    assert!(
-        irq.message
-            .as_deref()
-            .is_some_and(|m| m.contains("irqbalance is running")),
+    assert_eq!(
+        irq.message.as_deref(),
+        Some(
+            "warning: irqbalance is running and may move this IRQ again; stop it or ban the IRQ \
+             (IRQBALANCE_BANNED_CPUS/--banirq)"
+        ),
         "{irq:?}"
     );
     assert_eq!(
