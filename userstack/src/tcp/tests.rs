@@ -890,3 +890,69 @@ fn prr_spreads_sending_over_the_recovery() {
     assert!(sent_per_ack.iter().all(|&n| n <= 2), "{sent_per_ack:?}");
     assert!(client.cwnd() <= client.ssthresh() + 1448);
 }
+
+/// Grows the client's window with a lossless bulk transfer of `segments` full segments.
+fn grow_window(client: &mut Connection, server: &mut Connection, segments: usize) -> Instant {
+    client.send(&vec![1u8; 1448 * segments]);
+    let now = run(client, server, ms(2), ms(2000), |_| false);
+    assert_eq!(read_all(server).len(), 1448 * segments);
+    now
+}
+
+#[test]
+fn slow_start_after_a_timeout_stops_at_ssthresh() {
+    // RFC 5681 section 3.1: slow start runs while cwnd < ssthresh; Linux's tcp_slow_start
+    // raises cwnd to at most ssthresh and hands the rest of the ACK to congestion avoidance.
+    // After an RTO the receiver holds most of the window, so the first partial ACK covers
+    // many segments at once: it must not inflate cwnd past ssthresh.
+    for congestion in [CongestionAlgorithm::Cubic, CongestionAlgorithm::NewReno] {
+        let big = Config {
+            recv_buffer: 1024 * 1024,
+            send_buffer: 1024 * 1024,
+            sack: false,
+            congestion,
+            ..config()
+        };
+        let (mut client, mut server) = handshake(big, big);
+        let now = grow_window(&mut client, &mut server, 200);
+        let cwnd_segments = client.cwnd() / 1448;
+        assert!(
+            cwnd_segments >= 40,
+            "{congestion:?}: cwnd {cwnd_segments} segments"
+        );
+        let window = cwnd_segments as usize;
+        client.send(&vec![2u8; 1448 * window]);
+        let flight = drain(&mut client, now);
+        assert_eq!(flight.len(), window);
+        // The first and the second-to-last segment are lost, and so are the receiver's ACKs
+        // of the rest.
+        let hole = window - 2;
+        let held: Vec<Wire> = flight[1..]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i + 1 != hole)
+            .map(|(_, w)| w.clone())
+            .collect();
+        deliver(&mut server, now, &held);
+        let _lost_acks = drain(&mut server, now);
+        let rto_at = client.poll_timeout().unwrap();
+        client.handle_timeout(rto_at);
+        assert_eq!(client.cwnd(), 1448, "{congestion:?}: loss window");
+        let ssthresh = client.ssthresh();
+        let resent = drain(&mut client, rto_at);
+        assert_eq!(resent.len(), 1);
+        deliver(&mut server, rto_at, &resent);
+        let partial = drain(&mut server, rto_at);
+        assert_eq!(
+            partial.last().unwrap().repr().ack_number,
+            flight[hole].repr().seq_number
+        );
+        deliver(&mut client, rto_at, &partial);
+        assert!(
+            client.cwnd() < ssthresh + 1448,
+            "{congestion:?}: cwnd {} after one ACK of {hole} segments, ssthresh {ssthresh}",
+            client.cwnd()
+        );
+        assert!(client.cwnd() >= ssthresh, "{congestion:?}");
+    }
+}

@@ -81,11 +81,18 @@ impl CongestionControl for Cubic {
         if !cwnd_limited {
             return;
         }
-        let acked_segments = f64::from(acked) / f64::from(self.mss);
+        let mut acked_segments = f64::from(acked) / f64::from(self.mss);
         if self.cwnd() < self.ssthresh {
-            self.cwnd += acked_segments;
+            // Slow start stops at ssthresh (RFC 5681 section 3.1); as in Linux's
+            // tcp_slow_start, what the ACK covers beyond it counts toward avoidance.
+            let ssthresh = f64::from(self.ssthresh) / f64::from(self.mss);
+            let grown = (self.cwnd + acked_segments).min(ssthresh.max(self.cwnd));
+            acked_segments -= grown - self.cwnd;
+            self.cwnd = grown;
             self.sync();
-            return;
+            if acked_segments <= 0.0 {
+                return;
+            }
         }
         let epoch_start = match self.epoch_start {
             Some(start) => start,

@@ -47,12 +47,16 @@ impl CongestionControl for NewReno {
         if !cwnd_limited {
             return;
         }
+        let mut acked = acked;
         if self.cwnd < self.ssthresh {
-            self.cwnd = self
-                .cwnd
-                .saturating_add(acked)
-                .min(self.ssthresh.max(self.cwnd));
-            return;
+            // Slow start stops at ssthresh; the rest of the ACK counts toward avoidance
+            // (Linux tcp_slow_start and tcp_reno_cong_avoid).
+            let grown = self.cwnd.saturating_add(acked).min(self.ssthresh);
+            acked -= grown - self.cwnd;
+            self.cwnd = grown;
+            if acked == 0 {
+                return;
+            }
         }
         self.bytes_acked = self.bytes_acked.saturating_add(acked);
         if self.bytes_acked >= self.cwnd {
