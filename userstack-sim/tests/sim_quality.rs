@@ -2,6 +2,7 @@
 //! scenarios are the files in `scenarios/`, shortened where noted so the suite stays fast in
 //! debug builds; `userstack-sim` runs them at full length (see docs/userstack.md).
 
+use userstack_sim::metrics::percentile;
 use userstack_sim::metrics::Report;
 use userstack_sim::scenario::Scenario;
 use userstack_sim::{median, run};
@@ -134,4 +135,57 @@ fn loopback_topology_carries_a_flow() {
     "#;
     let report = run(&Scenario::from_toml(text).unwrap(), 1);
     assert_eq!(report.flows[0].bytes_delivered, 100_000);
+}
+
+/// Seeds of the distribution checks: enough that the 90th percentile and the worst seed mean
+/// something.
+const MANY_SEEDS: std::ops::Range<u64> = 1..21;
+
+/// Runs `scenario` once per seed of `MANY_SEEDS`, on parallel threads.
+fn run_many(scenario: &Scenario) -> Vec<Report> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = MANY_SEEDS
+            .map(|seed| scope.spawn(move || run(scenario, seed)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("simulation thread"))
+            .collect()
+    })
+}
+
+/// Median, 90th percentile and maximum of `values`.
+fn distribution(values: &[f64]) -> (f64, f64, f64) {
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    (median(values), percentile(values, 90.0), max)
+}
+
+#[test]
+fn five_percent_loss_without_sack_never_floods_the_queue() {
+    // One flow over a path that loses 5% at random: its loss-limited share (Mathis et al.,
+    // MSS/RTT * 1.22/sqrt(p)) is about 3.2 Mbit/s. A sender that inflates its window after a
+    // timeout overshoots that share and overflows the bottleneck queue on some seeds.
+    let scenario = load("loss-5pct-nosack");
+    let reports = run_many(&scenario);
+    let goodput: Vec<f64> = reports.iter().map(|r| r.aggregate_goodput_mbps).collect();
+    let drops: Vec<f64> = reports
+        .iter()
+        .map(|r| r.network.queue_drops as f64)
+        .collect();
+    let (g50, g90, gmax) = distribution(&goodput);
+    let (d50, d90, dmax) = distribution(&drops);
+    println!(
+        "{{\"scenario\": \"loss-5pct-nosack\", \"seeds\": {}, \"goodput_mbps\": {{\"median\": {g50:.2}, \"p90\": {g90:.2}, \"worst\": {gmax:.2}}}, \"queue_drops\": {{\"median\": {d50}, \"p90\": {d90}, \"worst\": {dmax}}}}}",
+        reports.len()
+    );
+    let share = 1448.0 * 8.0 / 0.020 * 1.22 / 0.05f64.sqrt() / 1e6;
+    assert!(d90 == 0.0, "queue drops at the 90th percentile: {d90}");
+    assert!(
+        gmax <= 1.5 * share,
+        "worst seed {gmax:.2} Mbit/s, loss-limited share {share:.2}"
+    );
+    assert!(
+        g50 >= 0.5 * share,
+        "median {g50:.2} Mbit/s, share {share:.2}"
+    );
 }
