@@ -1,9 +1,9 @@
-//! Protocol quality judged in the simulator, with fixed seeds and medians over seeds. The
+//! Protocol quality judged in the simulator, with fixed seeds: medians over a few seeds, and
+//! median, 90th percentile and worst seed over twenty where a tail can collapse. The
 //! scenarios are the files in `scenarios/`, shortened where noted so the suite stays fast in
 //! debug builds; `userstack-sim` runs them at full length (see docs/userstack.md).
 
-use userstack_sim::metrics::percentile;
-use userstack_sim::metrics::Report;
+use userstack_sim::metrics::{percentile, Report};
 use userstack_sim::scenario::Scenario;
 use userstack_sim::{median, run};
 
