@@ -902,11 +902,14 @@ impl Connection {
         self.snd_nxt.distance_from(self.snd_una)
     }
 
-    /// RFC 6675 pipe, or for NewReno the flight minus segments that left via duplicate ACKs.
+    /// RFC 6675 pipe, or for NewReno in fast recovery the flight minus segments that left via
+    /// duplicate ACKs.
     fn pipe(&self) -> u32 {
         match self.recovery {
             None => self.flight_size(),
-            Some(_) if self.sack_ok => self.scoreboard.pipe(),
+            // After a timeout every outstanding segment already counts as lost (Linux's Loss
+            // state): duplicate ACKs release nothing more.
+            Some(recovery) if self.sack_ok || recovery.after_timeout => self.scoreboard.pipe(),
             Some(_) => {
                 // Without SACK each duplicate ACK stands for one segment that left the network
                 // (the RFC 6582 window inflation, expressed as a smaller pipe).

@@ -956,3 +956,44 @@ fn slow_start_after_a_timeout_stops_at_ssthresh() {
         assert!(client.cwnd() >= ssthresh, "{congestion:?}");
     }
 }
+
+#[test]
+fn duplicate_acks_release_nothing_after_a_timeout_without_sack() {
+    // RFC 6582's window inflation counts duplicate ACKs during fast recovery. After an RTO
+    // every outstanding segment is already counted lost (Linux tcp_enter_loss, Loss state),
+    // so the duplicates that go-back-N retransmissions provoke must not release more data.
+    let no_sack = Config {
+        sack: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(no_sack, no_sack);
+    client.send(&vec![3u8; 1448 * 10]);
+    let flight = drain(&mut client, ms(10));
+    assert_eq!(flight.len(), 10);
+    deliver(&mut server, ms(20), &flight[1..]);
+    let _lost_acks = drain(&mut server, ms(20));
+    let rto_at = client.poll_timeout().unwrap();
+    client.handle_timeout(rto_at);
+    let resent = drain(&mut client, rto_at);
+    assert_eq!(resent.len(), 1, "one segment of loss window");
+    // The network duplicates three segments the receiver holds: three duplicate ACKs.
+    deliver(&mut server, rto_at, &flight[1..4]);
+    let dupacks = drain(&mut server, rto_at);
+    assert_eq!(dupacks.len(), 3);
+    assert!(dupacks
+        .iter()
+        .all(|a| a.repr().ack_number == flight[0].repr().seq_number));
+    deliver(&mut client, rto_at, &dupacks);
+    let released = drain(&mut client, rto_at);
+    assert!(
+        released.is_empty(),
+        "{} segments released by duplicate ACKs inside a timeout episode",
+        released.len()
+    );
+    // The retransmission repairs the hole and recovery ends.
+    deliver(&mut server, rto_at, &resent);
+    let ack = drain(&mut server, rto_at);
+    deliver(&mut client, rto_at, &ack);
+    assert!(!client.in_recovery());
+    assert_eq!(read_all(&mut server).len(), 1448 * 10);
+}
