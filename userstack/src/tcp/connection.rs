@@ -670,7 +670,7 @@ impl Connection {
             self.snd_una = seg.ack_number;
             self.snd_wl2 = seg.ack_number;
             if let (Some(sent), false) = (self.syn_sent_at, self.syn_retransmitted) {
-                self.rtt.sample(now - sent);
+                self.rtt.sample(now - sent, self.snd_una, self.snd_nxt);
             }
             self.enter_established();
             self.ack_now = true;
@@ -773,7 +773,7 @@ impl Connection {
         if self.state == State::SynReceived {
             if self.snd_una < seg.ack_number && seg.ack_number <= self.snd_nxt {
                 if let (Some(sent), false) = (self.syn_sent_at, self.syn_retransmitted) {
-                    self.rtt.sample(now - sent);
+                    self.rtt.sample(now - sent, seg.ack_number, self.snd_nxt);
                 }
                 self.snd_una = seg.ack_number;
                 self.snd_wnd = u32::from(seg.window_len) << self.snd_wscale;
@@ -963,7 +963,7 @@ impl Connection {
             };
             let rtt_sample = ts_sample.or(removed.rtt_sent_at.map(|sent| now - sent));
             if let Some(rtt) = rtt_sample {
-                self.rtt.sample(rtt);
+                self.rtt.sample(rtt, ack, self.snd_nxt);
             }
             self.snd_una = ack;
             self.timeouts = 0;

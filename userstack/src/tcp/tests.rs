@@ -595,6 +595,46 @@ fn rto_backs_off_and_karn_skips_retransmitted_samples() {
 }
 
 #[test]
+fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
+    // Linux (tcp_rtt_estimator, __tcp_set_rto) floors the variance term at rto_min and adds
+    // it to SRTT: 20 ms + 200 ms. RFC 6298 with rto_min as a floor on the RTO would fire at
+    // 200 ms, earlier than the Linux peer's own timer on the same path.
+    let no_tlp = Config {
+        sack: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(no_tlp, no_tlp);
+    let mut now = ms(10);
+    for _ in 0..200 {
+        // Two full segments draw an immediate ACK (RFC 5681 section 4.2), 20 ms after sending.
+        client.send(&[4u8; 2 * 1448]);
+        let flight = drain(&mut client, now);
+        assert_eq!(flight.len(), 2);
+        deliver(&mut server, now + Duration::from_millis(10), &flight);
+        let ack = drain(&mut server, now + Duration::from_millis(10));
+        assert_eq!(ack.len(), 1);
+        now += Duration::from_millis(20);
+        deliver(&mut client, now, &ack);
+        assert_eq!(read_all(&mut server).len(), 2 * 1448);
+    }
+    assert_eq!(client.srtt(), Some(Duration::from_millis(20)));
+    assert_eq!(client.rto(), Duration::from_millis(220));
+    client.send(b"lost");
+    let lost = drain(&mut client, now);
+    assert_eq!(lost.len(), 1);
+    assert_eq!(
+        client.poll_timeout(),
+        Some(now + Duration::from_millis(220))
+    );
+    client.handle_timeout(now + Duration::from_millis(219));
+    assert_eq!(client.counters().get(Counter::TCPTimeouts), 0);
+    client.handle_timeout(now + Duration::from_millis(220));
+    assert_eq!(client.counters().get(Counter::TCPTimeouts), 1);
+    let resent = drain(&mut client, now + Duration::from_millis(220));
+    assert_eq!(resent[0].repr().seq_number, lost[0].repr().seq_number);
+}
+
+#[test]
 fn zero_window_probe_and_window_update_on_read() {
     let small = Config {
         recv_buffer: 4 * 1448,
