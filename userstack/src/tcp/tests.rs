@@ -594,6 +594,22 @@ fn rto_backs_off_and_karn_skips_retransmitted_samples() {
     assert!(client.rto() < rto0 * 4, "a valid sample ends the backoff");
 }
 
+/// Two full segments from `client`, which draw an immediate ACK (RFC 5681 section 4.2) that
+/// arrives `rtt` after they left; returns the time it arrives.
+fn round_trip(client: &mut Connection, server: &mut Connection, now: Instant, rtt: u64) -> Instant {
+    client.send(&[4u8; 2 * 1448]);
+    let flight = drain(client, now);
+    assert_eq!(flight.len(), 2);
+    let at_server = now + Duration::from_millis(rtt / 2);
+    deliver(server, at_server, &flight);
+    let ack = drain(server, at_server);
+    assert_eq!(ack.len(), 1);
+    let back = now + Duration::from_millis(rtt);
+    deliver(client, back, &ack);
+    assert_eq!(read_all(server).len(), 2 * 1448);
+    back
+}
+
 #[test]
 fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
     // Linux (tcp_rtt_estimator, __tcp_set_rto) floors the variance term at rto_min and adds
@@ -606,16 +622,7 @@ fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
     let (mut client, mut server) = handshake(no_tlp, no_tlp);
     let mut now = ms(10);
     for _ in 0..200 {
-        // Two full segments draw an immediate ACK (RFC 5681 section 4.2), 20 ms after sending.
-        client.send(&[4u8; 2 * 1448]);
-        let flight = drain(&mut client, now);
-        assert_eq!(flight.len(), 2);
-        deliver(&mut server, now + Duration::from_millis(10), &flight);
-        let ack = drain(&mut server, now + Duration::from_millis(10));
-        assert_eq!(ack.len(), 1);
-        now += Duration::from_millis(20);
-        deliver(&mut client, now, &ack);
-        assert_eq!(read_all(&mut server).len(), 2 * 1448);
+        now = round_trip(&mut client, &mut server, now, 20);
     }
     assert_eq!(client.srtt(), Some(Duration::from_millis(20)));
     assert_eq!(client.rto(), Duration::from_millis(220));
@@ -632,6 +639,29 @@ fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
     assert_eq!(client.counters().get(Counter::TCPTimeouts), 1);
     let resent = drain(&mut client, now + Duration::from_millis(220));
     assert_eq!(resent[0].repr().seq_number, lost[0].repr().seq_number);
+}
+
+#[test]
+fn a_falling_rtt_shortens_the_rto() {
+    // Linux raises mdev with gain 1/32, not 1/4, for a sample below SRTT by more than mdev,
+    // so a path that gets faster does not lengthen its timer: 300 ms steady gives 300 + 200 ms;
+    // one 220 ms sample takes SRTT to 290 ms and the RTO to 490 ms. RFC 6298 would lengthen it
+    // (RTTVAR += 80 ms / 4, four times that added to the RTO).
+    let no_tlp = Config {
+        sack: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(no_tlp, no_tlp);
+    let mut now = ms(10);
+    for _ in 0..200 {
+        now = round_trip(&mut client, &mut server, now, 300);
+    }
+    // Integer decay leaves rttvar a few nanoseconds above rto_min, as Linux's leaves µs.
+    let before = client.rto();
+    assert_eq!(before.as_millis(), 500, "{before:?}");
+    round_trip(&mut client, &mut server, now, 220);
+    assert_eq!(client.srtt(), Some(Duration::from_millis(290)));
+    assert_eq!(client.rto(), before - Duration::from_millis(10));
 }
 
 #[test]
