@@ -188,12 +188,14 @@ fn five_percent_loss_without_sack_never_floods_the_queue() {
     );
     // Go-back-N after a timeout resends what the receiver holds; duplicate ACKs must not
     // make that worse (it was 0.18 at p90 and 0.29 at worst when they inflated the window).
+    // Linux's longer RTO (SRTT + 200 ms, not 200 ms) moved the worst seed from 0.124 to 0.152:
+    // the same timeouts, with more of the window resent by go-back-N after each.
     assert!(
         r90 <= 0.12,
         "retransmitted/sent at the 90th percentile: {r90:.3}"
     );
     assert!(
-        rmax <= 0.15,
+        rmax <= 0.17,
         "retransmitted/sent on the worst seed: {rmax:.3}"
     );
     assert!(
