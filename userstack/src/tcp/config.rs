@@ -43,7 +43,7 @@ pub struct Config {
     pub ack_every_segments: u32,
     /// Initial retransmission timeout (RFC 6298 2.1, Linux `TCP_TIMEOUT_INIT` = 1 s).
     pub initial_rto: Duration,
-    /// Lower bound of the RTO (Linux `TCP_RTO_MIN` = 200 ms).
+    /// Lower bound of the RTO's variance term, added to SRTT (Linux `TCP_RTO_MIN` = 200 ms).
     pub rto_min: Duration,
     /// Upper bound of the RTO (Linux `TCP_RTO_MAX` = 120 s).
     pub rto_max: Duration,
