@@ -66,6 +66,14 @@ done
 CONTROL_PLANE_BIN=$(scripts/build-control-plane.sh)
 log "control plane binaries in $CONTROL_PLANE_BIN"
 
+# The dashboards' schema check (e2e/tests/dashboard_schema.rs): Grafana's dashboard schema as
+# the Grafana foundation SDK's Go module carries it, pinned by scripts/dashboard-schema/go.sum.
+# Go caches the module and the build outside the repo; the program goes beside helm.
+log "building the dashboards' schema check"
+(cd scripts/dashboard-schema && GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+  go build -o "$CONTROL_PLANE_BIN/dashboard-schema.tmp" .)
+mv "$CONTROL_PLANE_BIN/dashboard-schema.tmp" "$CONTROL_PLANE_BIN/dashboard-schema"
+
 # The lab's agent carries its test hooks (hoststack-agent's `test-hooks` feature: --step-delay,
 # the DPDK unbind pause), which the end-to-end tests use; a user's build has none (Dockerfile).
 log "building the workspace's binaries (the agent with its test hooks)"
