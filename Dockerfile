@@ -24,7 +24,9 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 # No `--features hoststack-agent/test-hooks`: the users' agent has no test hooks (no
-# --step-delay, no HOSTSTACK_DPDK_UNBIND_PAUSE); node-agent/tests/test_hooks.rs proves it.
+# --step-delay, no HOSTSTACK_DPDK_UNBIND_PAUSE); node-agent/tests/test_hooks.rs proves it. The
+# release profile (Cargo.toml) leaves no debug sections in the binaries: every node pulls them
+# (docs/image.md, Debug sections); e2e/tests/user_image.rs proves it.
 RUN cargo build --release --locked -p hoststack-operator -p hoststack-agent \
  && mkdir -p /out/usr/local/bin \
  && cp target/release/hoststack-operator target/release/hoststack-agent /out/usr/local/bin/
