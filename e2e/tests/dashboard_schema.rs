@@ -8,7 +8,10 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-const DASHBOARDS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/hoststack/dashboards");
+const DASHBOARDS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../charts/hoststack/dashboards"
+);
 
 /// `dashboard-schema FILE...`.
 fn check(files: &[PathBuf]) -> Output {
@@ -89,7 +92,8 @@ fn a_field_the_schema_lacks_is_refused() {
     let out = check(&[file]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("panels[0].options.legend.VizLegendOptions: unexpected field 'showLegends'"),
+        text(&out)
+            .contains("panels[0].options.legend.VizLegendOptions: unexpected field 'showLegends'"),
         "{}",
         text(&out)
     );

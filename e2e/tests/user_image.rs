@@ -33,7 +33,14 @@ fn build_as_the_dockerfile_does() -> PathBuf {
         .env("CARGO_TARGET_DIR", &target);
     // The test's own package variables would leak into the build scripts that watch them
     // (ring's), which would then rebuild on every other run (as in scripts/build-images.sh).
-    const TEST_ONLY: [&str; 6] = ["PKG_", "MANIFEST_", "CRATE_", "BIN_", "PRIMARY_", "TARGET_TMPDIR"];
+    const TEST_ONLY: [&str; 6] = [
+        "PKG_",
+        "MANIFEST_",
+        "CRATE_",
+        "BIN_",
+        "PRIMARY_",
+        "TARGET_TMPDIR",
+    ];
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         if name
