@@ -62,7 +62,7 @@ counters! {
     TCPLostRetransmit => ("TcpExt", "TCPLostRetransmit", "Retransmissions found lost again."),
     TCPSlowStartRetrans => ("TcpExt", "TCPSlowStartRetrans", "Retransmissions after an RTO."),
     TCPTimeouts => ("TcpExt", "TCPTimeouts", "Retransmission timer expirations."),
-    TCPLossProbes => ("TcpExt", "TCPLossProbes", "Tail loss probes sent (TLP is not implemented: stays 0)."),
+    TCPLossProbes => ("TcpExt", "TCPLossProbes", "Tail loss probes sent (RFC 8985 TLP)."),
     TCPDSACKOldSent => ("TcpExt", "TCPDSACKOldSent", "D-SACKs sent for data below RCV.NXT."),
     TCPDSACKOfoSent => ("TcpExt", "TCPDSACKOfoSent", "D-SACKs sent for duplicate out-of-order data."),
     TCPDSACKRecv => ("TcpExt", "TCPDSACKRecv", "D-SACKs received for data below SND.UNA."),
