@@ -7,7 +7,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// Exit codes: 0 done; 1 the cluster could not be reached or refused, or the request does not
 /// fit the rollout's state; 2 bad command line; 3 no such tuning or revision; 4 no permission;
-/// plan only: 5 something would fail on a node, 6 a selected node gave no plan.
+/// plan only: 5 something would fail on a node, 6 a selected node gave no plan; status only:
+/// 10 rolled back, 11 failed, 12 paused, 13 timed out.
 #[derive(Debug, Parser)]
 #[command(name = "kubectl-hoststack", bin_name = "kubectl hoststack", version)]
 pub struct Cli {
@@ -37,6 +38,10 @@ pub enum Command {
     /// Show a tuning's rollout: phase, revisions, and waves → nodes → host settings, with each
     /// wave's analysis against the baseline.
     Get(Get),
+    /// Wait until the rollout of the tuning's current spec ends, printing a line at each change
+    /// of its state, and exit with how it ended: 0 Complete, 10 RolledBack, 11 Failed,
+    /// 12 Paused, 13 `--timeout` passed (for CI pipelines).
+    Status(Status),
     /// Preview what a tuning (a file, possibly not applied yet, or an existing tuning) would
     /// change on each node it selects: the agents plan it against their hosts, changing
     /// nothing. Exit 5 when something would fail, 6 when a node gave no plan.
@@ -73,9 +78,22 @@ pub struct Get {
     /// Print the tuning and its nodes' NodeTunings as a List, for scripts.
     #[arg(short, long, value_enum)]
     pub output: Option<Output>,
-    /// Print again whenever the tuning or one of its nodes changes, until interrupted.
+    /// Print again whenever the tuning or one of its nodes changes, until the rollout ends
+    /// (Complete, RolledBack, Failed or Paused, other than the ending it started on) or it is
+    /// interrupted.
     #[arg(short, long)]
     pub watch: bool,
+}
+
+/// `status`'s arguments.
+#[derive(Debug, Args)]
+pub struct Status {
+    /// The NetworkTuning's name.
+    pub tuning: String,
+    /// Give up after this long (e.g. 90s, 30m, 1h30m) with exit code 13; default: wait until
+    /// the rollout ends.
+    #[arg(long, value_parser = duration)]
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// `plan`'s arguments.
@@ -239,6 +257,34 @@ mod tests {
         assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32);
         let e = Cli::try_parse_from(["kubectl-hoststack", "get", "edge", "-o", "xml"]).unwrap_err();
         assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32);
+    }
+
+    #[test]
+    fn status_takes_a_tuning_and_an_optional_timeout() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["kubectl-hoststack", "status"];
+            all.extend_from_slice(args);
+            match Cli::try_parse_from(all).map(|c| c.command) {
+                Ok(Command::Status(s)) => Ok(s),
+                Ok(other) => panic!("not status: {other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let s = parse(&["edge"]).unwrap();
+        assert_eq!((s.tuning.as_str(), s.timeout), ("edge", None));
+        let s = parse(&["edge", "--timeout", "30m"]).unwrap();
+        assert_eq!(s.timeout, Some(std::time::Duration::from_secs(1800)));
+        for bad in [
+            &[][..],
+            &["edge", "--timeout"],
+            &["edge", "--timeout", "soon"],
+            &["edge", "--timeout", "0s"],
+            &["edge", "core"],
+            &["edge", "--watch"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.exit_code(), crate::error::EXIT_USAGE as i32, "{bad:?}");
+        }
     }
 
     #[test]

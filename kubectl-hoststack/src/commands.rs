@@ -1,5 +1,5 @@
 //! Each command as a thin shell: read from the cluster, decide with the pure modules
-//! ([`render`](crate::render), [`steer`](crate::steer), [`undo`](crate::undo),
+//! ([`render`](crate::render), [`outcome`](crate::outcome), [`steer`](crate::steer), [`undo`](crate::undo),
 //! [`report`](crate::report)), write, and say what was done.
 
 use std::io::{IsTerminal, Write};
@@ -10,20 +10,23 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::cli::{Cli, Command, Get, Output, Promote, Target, Undo};
+use crate::cli::{Cli, Command, Get, Output, Promote, Status, Target, Undo};
 use crate::cluster;
-use crate::error::{Error, Result};
-use crate::render::{render, Colour};
+use crate::error::{Error, Result, EXIT_TIMEOUT};
+use crate::outcome::{self, Outcome};
+use crate::render::{self, render, Colour};
 use crate::steer;
 use crate::undo;
 
 /// Runs the parsed command line, printing to stdout; returns the exit code (not 0 only for a
-/// plan where something would fail or a node gave no plan).
+/// plan where something would fail or a node gave no plan, and for `status` of a rollout that
+/// did not complete).
 pub async fn run(cli: Cli) -> Result<u8> {
     let client = cluster::connect(&cli.connection).await?;
     let done = match cli.command {
         Command::Plan(args) => return plan(&client, &args).await,
         Command::Get(args) => get(&client, &args).await,
+        Command::Status(args) => return status(&client, &args).await,
         Command::Promote(args) => promote(&client, &args).await,
         Command::Pause(t) => set_paused(&client, &t, true).await,
         Command::Resume(t) => set_paused(&client, &t, false).await,
@@ -75,15 +78,18 @@ async fn snapshot(client: &Client, name: &str) -> Result<(NetworkTuning, Vec<Nod
     Ok((tuning, nodes))
 }
 
-async fn get(client: &Client, args: &Get) -> Result<()> {
-    let (tuning, nodes) = snapshot(client, &args.tuning).await?;
-    let mut shown = show(&tuning, &nodes, args.output)?;
-    say(&shown)?;
-    if !args.watch {
-        return Ok(());
+/// Reads the tuning and its nodes, then again after every change to them, giving each reading
+/// to `step`, until `step` returns a value.
+async fn follow<T>(
+    client: &Client,
+    name: &str,
+    mut step: impl FnMut(NetworkTuning, Vec<NodeTuning>) -> Result<Option<T>>,
+) -> Result<T> {
+    let (tuning, nodes) = snapshot(client, name).await?;
+    if let Some(done) = step(tuning, nodes)? {
+        return Ok(done);
     }
-    let redraw = args.output.is_none() && std::io::stdout().is_terminal();
-    let by_name = watcher::Config::default().fields(&format!("metadata.name={}", args.tuning));
+    let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let tunings = watcher(Api::<NetworkTuning>::all(client.clone()), by_name)
         .default_backoff()
         .map(|e| e.map(drop));
@@ -96,22 +102,74 @@ async fn get(client: &Client, args: &Get) -> Result<()> {
     let mut changes = std::pin::pin!(futures::stream::select(tunings, node_tunings));
     while let Some(change) = changes.next().await {
         if let Err(e) = change {
-            return Err(Error::Unreachable(format!("watching {}: {e}", args.tuning)));
+            return Err(Error::Unreachable(format!("watching {name}: {e}")));
         }
-        let (tuning, nodes) = snapshot(client, &args.tuning).await?;
-        let now = show(&tuning, &nodes, args.output)?;
-        if now == shown {
-            continue;
+        let (tuning, nodes) = snapshot(client, name).await?;
+        if let Some(done) = step(tuning, nodes)? {
+            return Ok(done);
         }
-        if redraw {
-            say("\x1b[2J\x1b[H")?;
-        } else if args.output.is_none() {
-            say("\n")?;
-        }
-        say(&now)?;
-        shown = now;
     }
-    Ok(())
+    Err(Error::Unreachable(format!(
+        "watching {name}: the watch ended"
+    )))
+}
+
+async fn get(client: &Client, args: &Get) -> Result<()> {
+    if !args.watch {
+        let (tuning, nodes) = snapshot(client, &args.tuning).await?;
+        return say(&show(&tuning, &nodes, args.output)?);
+    }
+    let redraw = args.output.is_none() && std::io::stdout().is_terminal();
+    // The last reading and its text: the watch prints a reading whose text differs, and
+    // ends when a reading reaches a new ending.
+    let mut last: Option<(NetworkTuning, String)> = None;
+    follow(client, &args.tuning, |tuning, nodes| {
+        let now = show(&tuning, &nodes, args.output)?;
+        let (changed, ended) = match &last {
+            None => (true, None),
+            Some((before, shown)) => (*shown != now, outcome::reached(before, &tuning)),
+        };
+        if changed {
+            if redraw && last.is_some() {
+                say("\x1b[2J\x1b[H")?;
+            } else if args.output.is_none() && last.is_some() {
+                say("\n")?;
+            }
+            say(&now)?;
+        }
+        last = Some((tuning, now));
+        Ok(ended)
+    })
+    .await
+    .map(drop)
+}
+
+/// Waits for the rollout to end, printing its state line at each change; the exit code says
+/// how it ended, or that `--timeout` passed first.
+async fn status(client: &Client, args: &Status) -> Result<u8> {
+    let mut shown = String::new();
+    let ended = follow(client, &args.tuning, |tuning, _| {
+        let line = render::state_line(&tuning, colour());
+        if line != shown {
+            say(&line)?;
+            shown = line;
+        }
+        Ok(outcome::outcome(&tuning))
+    });
+    let Some(timeout) = args.timeout else {
+        return ended.await.map(Outcome::exit_code);
+    };
+    match tokio::time::timeout(timeout, ended).await {
+        Ok(ended) => ended.map(Outcome::exit_code),
+        Err(_) => {
+            eprintln!(
+                "timed out: the rollout of NetworkTuning {} did not end within {}s",
+                args.tuning,
+                timeout.as_secs()
+            );
+            Ok(EXIT_TIMEOUT)
+        }
+    }
 }
 
 fn wave_nodes(tuning: &NetworkTuning, index: u32) -> String {

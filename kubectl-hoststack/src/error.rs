@@ -11,6 +11,15 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: the credentials are not allowed to do this (HTTP 401 or 403).
 pub const EXIT_FORBIDDEN: u8 = 4;
+/// Exit code of `status`: the rollout rolled back to the stable revision.
+pub const EXIT_ROLLED_BACK: u8 = 10;
+/// Exit code of `status`: nodes failed to apply and nothing rolled back.
+pub const EXIT_FAILED: u8 = 11;
+/// Exit code of `status`: the rollout is paused (by `rollout.paused` or an inconclusive
+/// analysis).
+pub const EXIT_PAUSED: u8 = 12;
+/// Exit code of `status`: `--timeout` passed before the rollout ended.
+pub const EXIT_TIMEOUT: u8 = 13;
 
 /// Everything that can go wrong in a command.
 #[derive(Debug, thiserror::Error)]

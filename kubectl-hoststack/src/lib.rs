@@ -3,6 +3,8 @@
 //! - [`render`]: the pure picture of a rollout (waves → nodes → host settings, with analysis).
 //! - [`steer`]: what promote, pause, resume and abort write.
 //! - [`undo`]: which recorded revision undo goes back to, and the patch that does it.
+//! - [`outcome`]: whether a rollout has ended and how, for `status`'s exit code and the end of
+//!   `get --watch`.
 //! - [`plan`]: a tuning's selection and the per-node diff of the agents' previews, with
 //!   [`preview`] asking the agents (NodeTuning `spec.preview`) and collecting their answers.
 //! - [`report`]: the rollout over time from Prometheus (asked with `hoststack-promql`'s range
@@ -14,6 +16,7 @@ pub mod cli;
 pub mod cluster;
 pub mod commands;
 pub mod error;
+pub mod outcome;
 pub mod plan;
 pub mod preview;
 pub mod render;

@@ -72,6 +72,41 @@ fn item_tone(state: ItemState) -> Tone {
     word_tone(&state.to_string())
 }
 
+/// The rollout's state on one line, as `status` prints it at each change: phase, revisions,
+/// node counts and the status' message, and a note while the status describes an older spec.
+pub fn state_line(tuning: &NetworkTuning, colour: Colour) -> String {
+    let status = tuning.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or_default();
+    let dash = "-".to_string();
+    let mut line = format!(
+        "NetworkTuning {}: {}  current {}  stable {}  {}/{} applied",
+        tuning.name_any(),
+        colour.paint(phase_tone(phase), &phase.to_string()),
+        status.current_revision.as_ref().unwrap_or(&dash),
+        status.stable_revision.as_ref().unwrap_or(&dash),
+        status.applied_nodes,
+        status.matched_nodes,
+    );
+    if status.failed_nodes > 0 {
+        let _ = write!(line, ", {} failed", status.failed_nodes);
+    }
+    if let Some(message) = &status.message {
+        let _ = write!(line, "  — {message}");
+    }
+    if let Some(generation) = tuning
+        .metadata
+        .generation
+        .filter(|g| status.observed_generation != Some(*g))
+    {
+        let _ = write!(
+            line,
+            "  (generation {generation} not yet seen by the operator)"
+        );
+    }
+    line.push('\n');
+    line
+}
+
 /// The tuning's rollout as a tree. `nodes` are NodeTunings (those of other tunings are
 /// ignored).
 pub fn render(tuning: &NetworkTuning, nodes: &[NodeTuning], colour: Colour) -> String {
@@ -407,6 +442,33 @@ Waves
    └─ node-b  baseline  Applied  applied r1
 ";
         assert_eq!(text, want, "\n{text}");
+    }
+
+    #[test]
+    fn the_state_line_has_phase_revisions_counts_message_and_staleness() {
+        let mut t = tuning();
+        t.metadata.generation = Some(2);
+        let status = t.status.as_mut().unwrap();
+        status.observed_generation = Some(2);
+        assert_eq!(
+            state_line(&t, Colour::Plain),
+            "NetworkTuning edge: Progressing  current r2  stable r1  1/3 applied\n"
+        );
+        let status = t.status.as_mut().unwrap();
+        status.phase = Some(Phase::Paused);
+        status.failed_nodes = 1;
+        status.message = Some("rollout.paused is set".into());
+        t.metadata.generation = Some(3);
+        assert_eq!(
+            state_line(&t, Colour::Plain),
+            "NetworkTuning edge: Paused  current r2  stable r1  1/3 applied, 1 failed  — rollout.paused is set  (generation 3 not yet seen by the operator)\n"
+        );
+        assert!(state_line(&t, Colour::Ansi).contains("\x1b[33mPaused\x1b[0m"));
+        let fresh = NetworkTuning::new("new", NetworkTuningSpec::default());
+        assert_eq!(
+            state_line(&fresh, Colour::Plain),
+            "NetworkTuning new: Pending  current -  stable -  0/0 applied\n"
+        );
     }
 
     #[test]
