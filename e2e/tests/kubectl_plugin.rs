@@ -3,7 +3,9 @@
 //! rollouts of real sysctls on four nodes (node-a..node-c in pool=edge, node-d pool=core):
 //! `get` while the canary waits (golden text, revisions and times masked), `promote`, `pause`
 //! and `resume`, `undo` to the previous revision, `abort` of a live rollout, and `get` of a
-//! tuning that does not exist.
+//! tuning that does not exist; `status` waiting for a rollout to end Paused, Complete, timed
+//! out and RolledBack (its exit codes and lines), and `get --watch` ending when the rollout
+//! pauses.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -20,6 +22,10 @@ const STEP: Duration = Duration::from_secs(90);
 const EDGE: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// The plugin's exit code for a tuning that does not exist (docs/kubectl-plugin.md).
 const EXIT_NOT_FOUND: i32 = 3;
+/// `status`'s exit codes (docs/kubectl-plugin.md).
+const EXIT_ROLLED_BACK: i32 = 10;
+const EXIT_PAUSED: i32 = 12;
+const EXIT_TIMEOUT: i32 = 13;
 
 /// Runs the plugin with the lab's admin kubeconfig.
 fn run(lab: &Lab, bin: &Path, args: &[&str]) -> Output {
@@ -84,6 +90,13 @@ impl Watch {
         }
     }
 
+    /// Waits until the watch ends by itself; its exit status.
+    fn end(&mut self, lab: &Lab) -> std::process::ExitStatus {
+        lab.wait_for("the watch to end", STEP, || {
+            self.child.try_wait().expect("the watch's status")
+        })
+    }
+
     /// Everything printed so far.
     fn output(&mut self) -> &str {
         while let Ok(line) = self.lines.try_recv() {
@@ -115,6 +128,23 @@ fn tuning(sysctls: &[(&str, &str)]) -> String {
 
 fn status(lab: &Lab) -> Value {
     lab.get_json(&["get", "networktuning", "edge"])["status"].clone()
+}
+
+/// `status`'s lines: each names the tuning, and each differs from the one before.
+fn state_lines(out: &Output) -> Vec<String> {
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert!(!lines.is_empty(), "status printed nothing");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(line.starts_with("NetworkTuning edge: "), "{line}");
+        assert!(
+            i == 0 || lines[i - 1] != *line,
+            "a repeated line: {lines:?}"
+        );
+    }
+    lines
 }
 
 fn spec_paused(lab: &Lab) -> bool {
@@ -186,7 +216,9 @@ fn get_promote_pause_resume_undo_and_abort_steer_a_real_rollout() {
     assert_ne!(original_ecn, "1");
 
     // Every command has --help, and a tuning that does not exist is named, with exit code 3.
-    for command in ["get", "promote", "pause", "resume", "abort", "undo"] {
+    for command in [
+        "get", "status", "promote", "pause", "resume", "abort", "undo",
+    ] {
         let help = ok(&lab, &bin, &[command, "--help"]);
         assert!(help.contains("Usage: kubectl hoststack"), "{help}");
     }
@@ -318,7 +350,6 @@ Waves
     lab.wait_for("the watch to print wave 1", STEP, || {
         watch.output().contains("└─ wave 1  Applied").then_some(())
     });
-    drop(watch);
 
     // pause sets spec.rollout.paused: once wave 1 is promoted the rollout holds (Paused);
     // resume clears it and the rollout completes.
@@ -334,14 +365,37 @@ Waves
     );
     let said = ok(&lab, &bin, &["promote", "edge"]);
     assert!(said.contains("note: spec.rollout.paused is set"), "{said}");
+    // `status` waits for the hold and exits 12, a line per change, the last one Paused.
+    let out = run(&lab, &bin, &["status", "edge", "--timeout", "90s"]);
+    assert_eq!(out.status.code(), Some(EXIT_PAUSED));
+    let lines = state_lines(&out);
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!("NetworkTuning edge: Paused  current {v2}  stable {v1}  3/3 applied  — rollout.paused is set")
+    );
     let held = wait_phase(&lab, "Paused");
     assert_eq!(held["message"], "rollout.paused is set");
+    // The watch started while the rollout was under way ends with it, on the Paused tree.
+    let ended = watch.end(&lab);
+    assert!(ended.success(), "{ended}");
+    let seen = watch.output().to_string();
+    let last_tree = &seen[seen.rfind("NetworkTuning edge\n").unwrap()..];
+    assert!(last_tree.contains("  Phase:     Paused\n"), "{seen}");
+    drop(watch);
     let said = ok(&lab, &bin, &["resume", "edge"]);
     assert_eq!(
         said,
         "NetworkTuning edge: resumed (spec.rollout.paused=false)\n"
     );
     assert!(!spec_paused(&lab));
+    // `status` after resume waits through the rest of the rollout and exits 0.
+    let out = run(&lab, &bin, &["status", "edge", "--timeout", "90s"]);
+    assert_eq!(out.status.code(), Some(0));
+    let lines = state_lines(&out);
+    assert_eq!(
+        lines.last().unwrap(),
+        &format!("NetworkTuning edge: Complete  current {v2}  stable {v2}  3/3 applied")
+    );
     let done = wait_phase(&lab, "Complete");
     assert_eq!(done["stableRevision"], v2.as_str());
     for node in EDGE {
@@ -380,6 +434,20 @@ Waves
     let s = waiting(&lab, 0);
     let v3 = s["currentRevision"].as_str().unwrap().to_string();
     assert_eq!(lab.sysctl("node-a", "net.ipv4.tcp_ecn"), "1");
+    // The canary waits for a promotion nobody gives: `status` gives up after --timeout, 13.
+    let out = run(&lab, &bin, &["status", "edge", "--timeout", "2s"]);
+    assert_eq!(out.status.code(), Some(EXIT_TIMEOUT));
+    let lines = state_lines(&out);
+    assert!(
+        lines.iter().all(|l| l.starts_with(&format!(
+            "NetworkTuning edge: Progressing  current {v3}  stable {v1}  "
+        ))),
+        "{lines:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "timed out: the rollout of NetworkTuning edge did not end within 2s\n"
+    );
     let said = ok(&lab, &bin, &["abort", "edge"]);
     assert_eq!(
         said,
@@ -394,6 +462,12 @@ Waves
     lab.wait_for("node-a to be back on v1", STEP, || {
         (lab.sysctl("node-a", "net.ipv4.tcp_ecn") == original_ecn).then_some(())
     });
+    let out = run(&lab, &bin, &["status", "edge"]);
+    assert_eq!(out.status.code(), Some(EXIT_ROLLED_BACK));
+    assert_eq!(
+        state_lines(&out),
+        [format!("NetworkTuning edge: RolledBack  current {v3}  stable {v1}  0/3 applied  — aborted by hand (hoststack.dev/abort={v3})")]
+    );
     let text = ok(&lab, &bin, &["get", "edge"]);
     assert!(text.contains("  Phase:     RolledBack\n"), "{text}");
     assert!(text.contains("├─ canary 0  RolledBack"), "{text}");

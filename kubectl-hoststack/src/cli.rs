@@ -3,7 +3,8 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Watch and steer hoststack rollouts: a NetworkTuning's waves, nodes and host settings, and
-/// promote, pause, resume, abort and undo; report draws a rollout over time from Prometheus.
+/// promote, pause, resume, abort and undo; status waits for a rollout to end; report draws a
+/// rollout over time from Prometheus.
 ///
 /// Exit codes: 0 done; 1 the cluster could not be reached or refused, or the request does not
 /// fit the rollout's state; 2 bad command line; 3 no such tuning or revision; 4 no permission;

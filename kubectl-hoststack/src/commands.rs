@@ -129,12 +129,14 @@ async fn get(client: &Client, args: &Get) -> Result<()> {
             None => (true, None),
             Some((before, shown)) => (*shown != now, outcome::reached(before, &tuning)),
         };
-        if changed {
-            if redraw && last.is_some() {
+        if changed && last.is_some() {
+            if redraw {
                 say("\x1b[2J\x1b[H")?;
-            } else if args.output.is_none() && last.is_some() {
+            } else if args.output.is_none() {
                 say("\n")?;
             }
+        }
+        if changed {
             say(&now)?;
         }
         last = Some((tuning, now));
