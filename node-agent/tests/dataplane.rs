@@ -84,20 +84,30 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// Processes running `binary` (by their command line).
+/// Processes running `binary` (by their command line), not counting a fork of one of them: the
+/// stand-in is a shell script, and between its fork and the exec of `sleep` or `mv` the child
+/// has the script's command line too (seen in a CI run on a loaded machine: a second "runner"
+/// two pids above the first).
 fn processes_of(binary: &Path) -> Vec<u32> {
     let needle = binary.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
+    let running: Vec<(u32, u32)> = std::fs::read_dir("/proc")
         .expect("/proc")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rfind(')')
-                .is_some_and(|i| stat[i + 1..].trim_start().starts_with('Z'));
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command name in parentheses: the state, then the parent's pid.
+            let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+            let state = fields.next()?;
+            let parent = fields.next()?.parse::<u32>().ok()?;
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            !zombie && String::from_utf8_lossy(&cmdline).contains(&needle)
+            (state != "Z" && String::from_utf8_lossy(&cmdline).contains(&needle))
+                .then_some((pid, parent))
         })
+        .collect();
+    running
+        .iter()
+        .filter(|(_, parent)| !running.iter().any(|(pid, _)| pid == parent))
+        .map(|(pid, _)| *pid)
         .collect()
 }
 
