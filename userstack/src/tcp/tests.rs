@@ -610,11 +610,9 @@ fn round_trip(client: &mut Connection, server: &mut Connection, now: Instant, rt
     back
 }
 
-#[test]
-fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
-    // Linux (tcp_rtt_estimator, __tcp_set_rto) floors the variance term at rto_min and adds
-    // it to SRTT: 20 ms + 200 ms. RFC 6298 with rto_min as a floor on the RTO would fire at
-    // 200 ms, earlier than the Linux peer's own timer on the same path.
+/// A connection without SACK (so without tail loss probes) after 200 round trips of `rtt` ms:
+/// client, server, and the time after the last one.
+fn steady_path(rtt: u64) -> (Connection, Connection, Instant) {
     let no_tlp = Config {
         sack: false,
         ..config()
@@ -622,8 +620,17 @@ fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
     let (mut client, mut server) = handshake(no_tlp, no_tlp);
     let mut now = ms(10);
     for _ in 0..200 {
-        now = round_trip(&mut client, &mut server, now, 20);
+        now = round_trip(&mut client, &mut server, now, rtt);
     }
+    (client, server, now)
+}
+
+#[test]
+fn rto_on_a_steady_20ms_path_is_srtt_plus_rto_min_as_in_linux() {
+    // Linux (tcp_rtt_estimator, __tcp_set_rto) floors the variance term at rto_min and adds
+    // it to SRTT: 20 ms + 200 ms. RFC 6298 with rto_min as a floor on the RTO would fire at
+    // 200 ms, earlier than the Linux peer's own timer on the same path.
+    let (mut client, _server, now) = steady_path(20);
     assert_eq!(client.srtt(), Some(Duration::from_millis(20)));
     assert_eq!(client.rto(), Duration::from_millis(220));
     client.send(b"lost");
@@ -647,15 +654,7 @@ fn a_falling_rtt_shortens_the_rto() {
     // so a path that gets faster does not lengthen its timer: 300 ms steady gives 300 + 200 ms;
     // one 220 ms sample takes SRTT to 290 ms and the RTO to 490 ms. RFC 6298 would lengthen it
     // (RTTVAR += 80 ms / 4, four times that added to the RTO).
-    let no_tlp = Config {
-        sack: false,
-        ..config()
-    };
-    let (mut client, mut server) = handshake(no_tlp, no_tlp);
-    let mut now = ms(10);
-    for _ in 0..200 {
-        now = round_trip(&mut client, &mut server, now, 300);
-    }
+    let (mut client, mut server, now) = steady_path(300);
     // Integer decay leaves rttvar a few nanoseconds above rto_min, as Linux's leaves µs.
     let before = client.rto();
     assert_eq!(before.as_millis(), 500, "{before:?}");
