@@ -1,6 +1,6 @@
 //! Each command as a thin shell: read from the cluster, decide with the pure modules
-//! ([`render`](crate::render), [`outcome`](crate::outcome), [`steer`](crate::steer), [`undo`](crate::undo),
-//! [`report`](crate::report)), write, and say what was done.
+//! ([`render`](crate::render), [`outcome`](crate::outcome), [`steer`](crate::steer),
+//! [`undo`](crate::undo), [`report`](crate::report)), write, and say what was done.
 
 use std::io::{IsTerminal, Write};
 
