@@ -55,6 +55,7 @@ counters! {
     TCPRenoRecovery => ("TcpExt", "TCPRenoRecovery", "NewReno fast recoveries entered."),
     TCPSackRecovery => ("TcpExt", "TCPSackRecovery", "SACK (RFC 6675) recoveries entered."),
     TCPSACKReneging => ("TcpExt", "TCPSACKReneging", "Peers found discarding SACKed data."),
+    TCPSACKReorder => ("TcpExt", "TCPSACKReorder", "Reordering detected: a segment never resent was (S)ACKed below one already SACKed."),
     TCPFullUndo => ("TcpExt", "TCPFullUndo", "Congestion responses fully undone."),
     TCPDSACKUndo => ("TcpExt", "TCPDSACKUndo", "Congestion responses undone by D-SACK."),
     TCPLossUndo => ("TcpExt", "TCPLossUndo", "RTO responses undone."),

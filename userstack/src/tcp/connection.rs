@@ -5,6 +5,7 @@ use super::assembler::{Added, Assembler};
 use super::config::Config;
 use super::congestion::{new_controller, CongestionControl};
 use super::hystart::{Growth, HyStart};
+use super::rack::Rack;
 use super::ring_buffer::RingBuffer;
 use super::rtt::RttEstimator;
 use super::scoreboard::{Scoreboard, SentSegment};
@@ -82,6 +83,15 @@ struct Recovery {
     recover: SeqNumber,
     /// Entered by the retransmission timer rather than by duplicate ACKs or SACK.
     after_timeout: bool,
+}
+
+/// What one ACK's SACK blocks told the sender.
+#[derive(Clone, Copy, Debug, Default)]
+struct SackOutcome {
+    /// Bytes newly SACKed.
+    newly_sacked_bytes: u32,
+    /// A D-SACK reported a duplicate of a retransmission other than a loss probe.
+    dsack: bool,
 }
 
 /// What is needed to undo a congestion response (RFC 2883 section 4, Linux's undo_retrans).
@@ -204,8 +214,10 @@ pub struct Connection {
     undo: Option<UndoRecord>,
     dupacks: u32,
     cwnd_blocked: bool,
-    /// Send time of the most recently sent segment known delivered (RFC 8985 RACK.xmit_ts).
-    rack_delivered_sent_at: Option<Instant>,
+    /// RACK loss detection (RFC 8985 section 6).
+    rack: Rack,
+    /// RACK's reordering timer: segments wait out their reordering window until then.
+    reorder_deadline: Option<Instant>,
     hystart: HyStart,
     /// Proportional rate reduction state during SACK recovery (RFC 6937).
     prr: Option<Prr>,
@@ -296,7 +308,8 @@ impl Connection {
             undo: None,
             dupacks: 0,
             cwnd_blocked: false,
-            rack_delivered_sent_at: None,
+            rack: Rack::new(config.dupthresh),
+            reorder_deadline: None,
             hystart: HyStart::new(config.hystart),
             prr: None,
             cc: new_controller(
@@ -614,6 +627,7 @@ impl Connection {
     fn state_closed(&mut self) {
         self.state = State::Closed;
         self.rto_deadline = None;
+        self.reorder_deadline = None;
         self.delack_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
@@ -671,6 +685,7 @@ impl Connection {
             self.snd_wl2 = seg.ack_number;
             if let (Some(sent), false) = (self.syn_sent_at, self.syn_retransmitted) {
                 self.rtt.sample(now - sent, self.snd_una, self.snd_nxt);
+                self.rack.on_rtt_sample(now, now - sent);
             }
             self.enter_established();
             self.ack_now = true;
@@ -774,6 +789,7 @@ impl Connection {
             if self.snd_una < seg.ack_number && seg.ack_number <= self.snd_nxt {
                 if let (Some(sent), false) = (self.syn_sent_at, self.syn_retransmitted) {
                     self.rtt.sample(now - sent, seg.ack_number, self.snd_nxt);
+                    self.rack.on_rtt_sample(now, now - sent);
                 }
                 self.snd_una = seg.ack_number;
                 self.snd_wnd = u32::from(seg.window_len) << self.snd_wscale;
@@ -877,6 +893,7 @@ impl Connection {
         self.state = State::TimeWait;
         self.time_wait_deadline = Some(now + self.config.msl * 2);
         self.rto_deadline = None;
+        self.reorder_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
     }
@@ -935,10 +952,12 @@ impl Connection {
             self.snd_wl2 = ack;
         }
 
-        let (mut newly_sacked, mut delivered) = (0, 0);
+        let prior_fack = self.rack.fack();
+        let mut sacks = SackOutcome::default();
         if self.sack_ok && !seg.options.sack_blocks.is_empty() {
-            (newly_sacked, delivered) = self.process_sack_blocks(&seg.options.sack_blocks, ack);
+            sacks = self.process_sack_blocks(now, &seg.options.sack_blocks, ack);
         }
+        let mut delivered = sacks.newly_sacked_bytes;
 
         if ack > self.snd_una {
             // An ACK of new data restarts the probe timer (RFC 8985 section 7.2) and ends a
@@ -952,7 +971,20 @@ impl Connection {
             let data_acked = (acked as usize).min(self.send_buffer.len());
             self.send_buffer.consume(data_acked);
             self.stats.bytes_acked += data_acked as u64;
-            let removed = self.scoreboard.acknowledge(ack);
+            let (rack, mss) = (&mut self.rack, self.send_mss);
+            let mut reordered = 0;
+            let removed = self.scoreboard.acknowledge(ack, |s| {
+                if !s.sacked {
+                    rack.on_delivered(now, s.sent_at, s.end, s.retransmitted);
+                    reordered += u64::from(rack.on_cumulatively_acked(
+                        s.end,
+                        s.retransmitted,
+                        prior_fack,
+                        mss,
+                    ));
+                }
+            });
+            self.counters.add(Counter::TCPSACKReorder, reordered);
             // RTT: timestamps (RFC 7323 section 4) or Karn's rule (RFC 6298 section 3).
             let ts_sample = match (self.ts_ok, seg.options.timestamps) {
                 (true, Some((_, tsecr))) if tsecr != 0 => {
@@ -964,6 +996,7 @@ impl Connection {
             let rtt_sample = ts_sample.or(removed.rtt_sent_at.map(|sent| now - sent));
             if let Some(rtt) = rtt_sample {
                 self.rtt.sample(rtt, ack, self.snd_nxt);
+                self.rack.on_rtt_sample(now, rtt);
             }
             self.snd_una = ack;
             self.timeouts = 0;
@@ -985,6 +1018,7 @@ impl Connection {
                 Some(recovery) if ack >= recovery.recover => {
                     self.recovery = None;
                     self.prr = None;
+                    self.rack.on_recovery_end();
                     if !recovery.after_timeout {
                         let ssthresh = self.cc.ssthresh();
                         self.cc.set_cwnd(ssthresh);
@@ -1028,23 +1062,9 @@ impl Connection {
         }
 
         if self.sack_ok {
-            if newly_sacked > 0 || self.recovery.is_some() {
-                let window = self.rtt.srtt().unwrap_or_default() / 4;
-                let found = self.scoreboard.detect_losses(
-                    self.config.dupthresh,
-                    self.rack_delivered_sent_at,
-                    window,
-                );
-                self.counters.add(
-                    Counter::TCPLostRetransmit,
-                    u64::from(found.lost_retransmissions),
-                );
-            }
-            if self.recovery.is_none()
-                && (self.scoreboard.first_is_lost() || self.dupacks >= self.config.dupthresh)
-            {
-                self.scoreboard.mark_first_lost();
-                self.enter_recovery(now, Counter::TCPSackRecovery);
+            self.rack.on_ack(sacks.dsack, self.snd_una, self.snd_nxt);
+            if delivered > 0 || self.recovery.is_some() {
+                self.detect_losses(now);
             }
         } else if self.recovery.is_none() && self.dupacks == self.config.dupthresh {
             self.scoreboard.mark_first_lost();
@@ -1103,10 +1123,36 @@ impl Connection {
         self.cc.on_congestion_event(now, self.flight_size());
     }
 
-    /// Applies SACK blocks (RFC 2018) after recognising a leading D-SACK (RFC 2883 section 4);
-    /// returns the number of newly SACKed segments.
-    fn process_sack_blocks(&mut self, blocks: &SackBlocks, ack: SeqNumber) -> (u32, u32) {
+    /// RACK (RFC 8985 section 6): marks what time shows lost, arms the reordering timer for
+    /// what is still within its window, and enters recovery when something is lost. Linux
+    /// with `tcp_recovery` = 1 does the same and no longer counts duplicate ACKs with SACK.
+    fn detect_losses(&mut self, now: Instant) {
+        let srtt = self.rtt.srtt().unwrap_or_default();
+        let sacked = self.scoreboard.sacked_segments();
+        let reo_wnd = self.rack.reo_wnd(self.recovery.is_some(), sacked, srtt);
+        let rack = &self.rack;
+        let found = self
+            .scoreboard
+            .detect_losses(now, |s| rack.lost_at(s.sent_at, s.end, reo_wnd));
+        self.counters.add(
+            Counter::TCPLostRetransmit,
+            u64::from(found.lost_retransmissions),
+        );
+        self.reorder_deadline = found.pending_until;
+        if self.recovery.is_none() && (found.newly_lost > 0 || self.scoreboard.first_is_lost()) {
+            self.enter_recovery(now, Counter::TCPSackRecovery);
+        }
+    }
+
+    /// Applies SACK blocks (RFC 2018) after recognising a leading D-SACK (RFC 2883 section 4).
+    fn process_sack_blocks(
+        &mut self,
+        now: Instant,
+        blocks: &SackBlocks,
+        ack: SeqNumber,
+    ) -> SackOutcome {
         let blocks = blocks.as_slice();
+        let mut outcome = SackOutcome::default();
         let mut skip_first = false;
         if let Some(&(left, right)) = blocks.first() {
             let below_ack = right <= ack || left < ack;
@@ -1133,23 +1179,26 @@ impl Connection {
                     // The probe was unnecessary (RFC 8985 7.4.1); nothing to undo.
                     self.tlp_retransmitted = None;
                 } else {
+                    outcome.dsack = true;
                     self.on_dsack(segments);
                 }
             }
         }
-        let mut newly = 0;
-        let mut newly_bytes = 0;
+        let mut reordered = 0;
         for &(left, right) in &blocks[usize::from(skip_first)..] {
             if left >= right || left < self.snd_una || right > self.snd_nxt {
                 self.counters.bump(Counter::TCPSACKDiscard);
                 continue;
             }
-            let update = self.scoreboard.sack(left, right);
-            newly += update.newly_sacked;
-            newly_bytes += update.newly_sacked_bytes;
-            self.rack_delivered_sent_at = self.rack_delivered_sent_at.max(update.latest_sent_at);
+            let (rack, mss) = (&mut self.rack, self.send_mss);
+            let update = self.scoreboard.sack(left, right, |s| {
+                rack.on_delivered(now, s.sent_at, s.end, s.retransmitted);
+                reordered += u64::from(rack.on_sacked(s.end, s.retransmitted, mss));
+            });
+            outcome.newly_sacked_bytes += update.newly_sacked_bytes;
         }
-        (newly, newly_bytes)
+        self.counters.add(Counter::TCPSACKReorder, reordered);
+        outcome
     }
 
     fn on_dsack(&mut self, segments: u32) {
@@ -1284,6 +1333,7 @@ impl Connection {
         let t = earliest(self.rto_deadline, self.delack_deadline);
         let t = earliest(t, self.persist_deadline);
         let t = earliest(t, self.tlp_deadline);
+        let t = earliest(t, self.reorder_deadline);
         let t = earliest(t, self.keepalive_deadline);
         earliest(t, self.time_wait_deadline)
     }
@@ -1298,6 +1348,12 @@ impl Connection {
             self.delack_deadline = None;
             self.counters.bump(Counter::DelayedACKs);
             self.ack_now = true;
+        }
+        if self.reorder_deadline.is_some_and(|d| d <= now) {
+            self.reorder_deadline = None;
+            if self.sack_ok && self.state.is_synchronized() {
+                self.detect_losses(now);
+            }
         }
         if self.tlp_deadline.is_some_and(|d| d <= now) {
             // The probe goes out instead of an RTO due at the same time; the RTO is re-armed

@@ -5,6 +5,7 @@ pub mod config;
 pub mod congestion;
 mod connection;
 mod hystart;
+mod rack;
 mod ring_buffer;
 mod rtt;
 mod scoreboard;

@@ -3,7 +3,6 @@
 
 use crate::time::Instant;
 use crate::wire::SeqNumber;
-use core::time::Duration;
 use std::collections::VecDeque;
 
 /// One transmitted segment, from SND.UNA upward.
@@ -55,8 +54,6 @@ pub struct SackUpdate {
     pub newly_sacked: u32,
     /// Bytes newly marked SACKed.
     pub newly_sacked_bytes: u32,
-    /// Latest transmission time among them (RACK's "most recently sent delivered segment").
-    pub latest_sent_at: Option<Instant>,
 }
 
 /// What loss detection found.
@@ -66,6 +63,9 @@ pub struct DetectedLosses {
     pub newly_lost: u32,
     /// Retransmissions deemed lost again.
     pub lost_retransmissions: u32,
+    /// When the last segment still waiting out its reordering window will be due
+    /// (RFC 8985's reordering timer), if any is.
+    pub pending_until: Option<Instant>,
 }
 
 /// The sent-segment queue, ordered by sequence number.
@@ -102,11 +102,17 @@ impl Scoreboard {
         self.segments.push_back(segment);
     }
 
-    /// Removes everything below `ack` (a partially acknowledged segment is trimmed).
-    pub fn acknowledge(&mut self, ack: SeqNumber) -> AckedSegments {
+    /// Removes everything below `ack` (a partially acknowledged segment is trimmed), showing
+    /// each wholly acknowledged segment to `on_acked` first.
+    pub fn acknowledge(
+        &mut self,
+        ack: SeqNumber,
+        mut on_acked: impl FnMut(&SentSegment),
+    ) -> AckedSegments {
         let mut result = AckedSegments::default();
         while let Some(front) = self.segments.front_mut() {
             if front.end <= ack {
+                on_acked(front);
                 if !front.retransmitted {
                     result.rtt_sent_at = Some(front.sent_at);
                 }
@@ -122,8 +128,14 @@ impl Scoreboard {
         result
     }
 
-    /// Marks segments wholly inside `[left, right)` as SACKed (RFC 2018 section 5).
-    pub fn sack(&mut self, left: SeqNumber, right: SeqNumber) -> SackUpdate {
+    /// Marks segments wholly inside `[left, right)` as SACKed (RFC 2018 section 5), showing
+    /// each newly SACKed segment to `on_sacked`, in sequence order.
+    pub fn sack(
+        &mut self,
+        left: SeqNumber,
+        right: SeqNumber,
+        mut on_sacked: impl FnMut(&SentSegment),
+    ) -> SackUpdate {
         let mut update = SackUpdate::default();
         let first = self.segments.partition_point(|s| s.end <= left);
         for segment in self.segments.range_mut(first..) {
@@ -136,41 +148,45 @@ impl Scoreboard {
                 segment.retransmit_in_flight = false;
                 update.newly_sacked += 1;
                 update.newly_sacked_bytes += segment.len();
-                update.latest_sent_at = update.latest_sent_at.max(Some(segment.sent_at));
+                on_sacked(segment);
             }
         }
         update
     }
 
-    /// Applies RFC 6675's IsLost to every un-SACKed segment: a segment is lost when at least
-    /// `dupthresh` SACKed segments lie above it. Returns how many were newly marked.
-    ///
-    /// A retransmission is itself deemed lost, RACK-style (RFC 8985 section 6.2), when a
-    /// segment sent more than `reordering_window` after it has been SACKed: `delivered_sent_at`
-    /// is the latest send time among SACKed segments. Returns the retransmissions found lost.
+    /// Marks segments lost by time (RACK, RFC 8985 step 5): `lost_at` says when a segment
+    /// counts as lost, or `None` while nothing sent after it is known delivered. A segment
+    /// marked lost and not yet resent is skipped; a retransmission in flight can be lost again.
     pub fn detect_losses(
         &mut self,
-        dupthresh: u32,
-        delivered_sent_at: Option<Instant>,
-        reordering_window: Duration,
+        now: Instant,
+        lost_at: impl Fn(&SentSegment) -> Option<Instant>,
     ) -> DetectedLosses {
-        let mut sacked_above = 0u32;
         let mut found = DetectedLosses::default();
-        for segment in self.segments.iter_mut().rev() {
-            if segment.sacked {
-                sacked_above += 1;
+        for segment in &mut self.segments {
+            if segment.sacked || (segment.lost && !segment.retransmit_in_flight) {
+                continue;
+            }
+            let Some(due) = lost_at(segment) else {
+                continue;
+            };
+            if due > now {
+                found.pending_until = found.pending_until.max(Some(due));
             } else if segment.retransmit_in_flight {
-                if delivered_sent_at.is_some_and(|t| segment.sent_at + reordering_window < t) {
-                    segment.retransmit_in_flight = false;
-                    segment.lost = true;
-                    found.lost_retransmissions += 1;
-                }
-            } else if sacked_above >= dupthresh && !segment.lost {
+                segment.retransmit_in_flight = false;
+                segment.lost = true;
+                found.lost_retransmissions += 1;
+            } else {
                 segment.lost = true;
                 found.newly_lost += 1;
             }
         }
         found
+    }
+
+    /// Segments the peer has SACKed (RACK's segs_sacked).
+    pub fn sacked_segments(&self) -> u32 {
+        self.segments.iter().filter(|s| s.sacked).count() as u32
     }
 
     /// Marks the oldest segment lost (fast retransmit without SACK, and NewReno partial ACKs).
@@ -243,6 +259,7 @@ impl Scoreboard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::time::Duration;
 
     fn board(n: u32) -> Scoreboard {
         let mut sb = Scoreboard::new();
@@ -261,34 +278,55 @@ mod tests {
         sb
     }
 
+    /// RACK's verdict for a 10 ms path: lost 10 ms after sending once anything sent after
+    /// it (by the time `delivered_sent_at`) has been delivered.
+    fn lost_10ms_after(delivered_sent_at: Instant) -> impl Fn(&SentSegment) -> Option<Instant> {
+        move |s| (s.sent_at < delivered_sent_at).then(|| s.sent_at + Duration::from_millis(10))
+    }
+
     #[test]
-    fn sack_loss_detection_and_pipe() {
+    fn rack_loss_detection_and_pipe() {
         let mut sb = board(6);
         assert_eq!(sb.pipe(), 600);
-        assert_eq!(sb.sack(SeqNumber(100), SeqNumber(400)).newly_sacked, 3);
-        let found = sb.detect_losses(3, None, Duration::ZERO);
+        let mut seen = Vec::new();
+        let update = sb.sack(SeqNumber(100), SeqNumber(400), |s| seen.push(s.start));
+        assert_eq!(update.newly_sacked, 3);
+        assert_eq!(seen, [SeqNumber(100), SeqNumber(200), SeqNumber(300)]);
+        assert_eq!(sb.sacked_segments(), 3);
+        // Segment 0 (sent at 0 ms) is due at 10 ms: at 9 ms it waits, at 10 ms it is lost.
+        let rule = lost_10ms_after(Instant::from_millis(3));
+        let found = sb.detect_losses(Instant::from_millis(9), &rule);
+        assert_eq!(found.newly_lost, 0);
+        assert_eq!(found.pending_until, Some(Instant::from_millis(10)));
+        let found = sb.detect_losses(Instant::from_millis(10), &rule);
         assert_eq!(found.newly_lost, 1);
+        assert_eq!(found.pending_until, None);
         assert_eq!(sb.next_lost(), Some(0));
         assert_eq!(sb.pipe(), 200);
-        sb.mark_retransmitted(0, Instant::from_millis(9));
+        sb.mark_retransmitted(0, Instant::from_millis(11));
         assert_eq!(sb.pipe(), 300);
         assert_eq!(sb.next_lost(), None);
-        // A segment sent after the retransmission is SACKed: the retransmission was lost.
-        let later = Instant::from_millis(20);
-        let found = sb.detect_losses(3, Some(later), Duration::from_millis(5));
+        // A segment sent after the retransmission is SACKed: 10 ms on, the retransmission
+        // is lost too.
+        sb.sack(SeqNumber(400), SeqNumber(500), |_| {});
+        let rule = lost_10ms_after(Instant::from_millis(20));
+        let found = sb.detect_losses(Instant::from_millis(21), &rule);
         assert_eq!(found.lost_retransmissions, 1);
         assert_eq!(sb.next_lost(), Some(0));
         sb.mark_retransmitted(0, Instant::from_millis(21));
-        let acked = sb.acknowledge(SeqNumber(400));
-        assert_eq!(acked.segments, 4);
-        assert_eq!(acked.rtt_sent_at, Some(Instant::from_millis(3)));
+        let mut acked = Vec::new();
+        let removed = sb.acknowledge(SeqNumber(400), |s| acked.push((s.start, s.sacked)));
+        assert_eq!(removed.segments, 4);
+        assert_eq!(acked[0], (SeqNumber(0), false));
+        assert_eq!(acked[3], (SeqNumber(300), true));
+        assert_eq!(removed.rtt_sent_at, Some(Instant::from_millis(3)));
         assert_eq!(sb.len(), 2);
     }
 
     #[test]
     fn partial_ack_trims_and_rto_marks_all() {
         let mut sb = board(3);
-        sb.acknowledge(SeqNumber(50));
+        sb.acknowledge(SeqNumber(50), |_| {});
         assert_eq!(sb.get(0).unwrap().start, SeqNumber(50));
         sb.mark_all_lost();
         assert_eq!(sb.pipe(), 0);

@@ -81,6 +81,16 @@ fn config() -> Config {
 
 /// Runs the handshake between a fresh client and server; returns them established at t=1ms.
 fn handshake(client_config: Config, server_config: Config) -> (Connection, Connection) {
+    handshake_over(client_config, server_config, 1)
+}
+
+/// A handshake over a path of `rtt_ms`: the SYN leaves at 0 and the SYN-ACK and the final ACK
+/// arrive at `rtt_ms`, so both ends start with that RTT sample.
+fn handshake_over(
+    client_config: Config,
+    server_config: Config,
+    rtt_ms: u64,
+) -> (Connection, Connection) {
     let mut client = Connection::connect(client_config, CLIENT, SERVER, SeqNumber(1000), 7, ms(0));
     let syn = drain(&mut client, ms(0));
     assert_eq!(syn.len(), 1);
@@ -101,11 +111,11 @@ fn handshake(client_config: Config, server_config: Config) -> (Connection, Conne
         synack[0].repr().flags,
         TcpFlags(TcpFlags::SYN | TcpFlags::ACK)
     );
-    deliver(&mut client, ms(1), &synack);
+    deliver(&mut client, ms(rtt_ms), &synack);
     assert_eq!(client.state(), State::Established);
-    let ack = drain(&mut client, ms(1));
+    let ack = drain(&mut client, ms(rtt_ms));
     assert_eq!(ack.len(), 1);
-    deliver(&mut server, ms(1), &ack);
+    deliver(&mut server, ms(rtt_ms), &ack);
     assert_eq!(server.state(), State::Established);
     (client, server)
 }
@@ -521,6 +531,62 @@ fn duplicate_segment_draws_dsack_and_undoes_spurious_recovery() {
         "the congestion response was undone"
     );
     assert_eq!(client.ssthresh(), u32::MAX);
+}
+
+#[test]
+fn once_reordering_is_seen_a_late_segment_waits_out_the_reordering_window() {
+    // RACK (RFC 8985) on a 20 ms path: a segment overtaken by seven others is not resent at
+    // once as the duplicate-ACK rule would; it is given RACK.rtt + min_RTT/4 = 25 ms from its
+    // send time, and a segment that is really lost is resent when that expires. On the
+    // duplicate-ACK rule this test failed at the first assertion on RetransSegs.
+    let (mut client, mut server) = handshake_over(config(), config(), 20);
+    // Two segments, the first overtaken by the second: a cumulative ACK then delivers a
+    // segment below one SACKed, which is reordering (Linux's TCPSACKReorder).
+    client.send(&[1u8; 1448 * 2]);
+    let pair = drain(&mut client, ms(100));
+    deliver(&mut server, ms(110), &pair[1..]);
+    let sack = drain(&mut server, ms(110));
+    deliver(&mut server, ms(110), &pair[..1]);
+    let ack = drain(&mut server, ms(110));
+    deliver(&mut client, ms(120), &sack);
+    deliver(&mut client, ms(120), &ack);
+    assert_eq!(client.counters().get(Counter::TCPSACKReorder), 1);
+    assert_eq!(client.counters().get(Counter::RetransSegs), 0);
+
+    // Eight segments; the first arrives after the other seven have been SACKed.
+    client.send(&[2u8; 1448 * 8]);
+    let burst = drain(&mut client, ms(200));
+    assert_eq!(burst.len(), 8);
+    deliver(&mut server, ms(210), &burst[1..]);
+    let sacks = drain(&mut server, ms(210));
+    deliver(&mut client, ms(220), &sacks);
+    assert!(drain(&mut client, ms(220)).is_empty());
+    assert_eq!(client.counters().get(Counter::RetransSegs), 0);
+    assert!(!client.in_recovery());
+    assert_eq!(client.poll_timeout(), Some(ms(225)));
+    deliver(&mut server, ms(221), &burst[..1]);
+    let ack = drain(&mut server, ms(221));
+    deliver(&mut client, ms(224), &ack);
+    client.handle_timeout(ms(225));
+    assert!(drain(&mut client, ms(225)).is_empty());
+    assert_eq!(client.counters().get(Counter::RetransSegs), 0);
+    assert_eq!(client.counters().get(Counter::TCPSACKReorder), 2);
+
+    // Eight more, and the first is lost: resent when its window expires, not before.
+    client.send(&[3u8; 1448 * 8]);
+    let burst = drain(&mut client, ms(300));
+    deliver(&mut server, ms(310), &burst[1..]);
+    let sacks = drain(&mut server, ms(310));
+    deliver(&mut client, ms(320), &sacks);
+    client.handle_timeout(ms(324));
+    assert!(drain(&mut client, ms(324)).is_empty());
+    assert_eq!(client.poll_timeout(), Some(ms(325)));
+    client.handle_timeout(ms(325));
+    assert!(client.in_recovery());
+    let resent = drain(&mut client, ms(325));
+    assert_eq!(resent[0].repr().seq_number, burst[0].repr().seq_number);
+    assert_eq!(client.counters().get(Counter::RetransSegs), 1);
+    assert_eq!(client.counters().get(Counter::TCPSackRecovery), 1);
 }
 
 #[test]
