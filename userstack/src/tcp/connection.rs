@@ -126,6 +126,9 @@ enum Probe {
     Keepalive,
 }
 
+/// Timestamp ticks a segment may lag TS.Recent and still pass PAWS (Linux's `TCP_PAWS_WINDOW`).
+const PAWS_WINDOW: i32 = 1;
+
 /// How far beyond TS.Recent a timestamp may be stale before PAWS ignores it (RFC 7323 5.5).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
@@ -736,9 +739,11 @@ impl Connection {
             return;
         }
 
-        // PAWS (RFC 7323 section 5.3).
+        // PAWS (RFC 7323 section 5.3), with Linux's one-tick tolerance (TCP_PAWS_WINDOW):
+        // a retransmission stamped a tick after new data may overtake it on the path, and
+        // must not get that data dropped.
         if let (true, Some((tsval, _))) = (self.ts_ok, seg.options.timestamps) {
-            let stale = (tsval.wrapping_sub(self.ts_recent) as i32) < 0;
+            let stale = (tsval.wrapping_sub(self.ts_recent) as i32) < -PAWS_WINDOW;
             if stale && !flags.rst() && now - self.ts_recent_stamp <= PAWS_IDLE {
                 self.counters.bump(Counter::PAWSEstab);
                 self.ack_now = true;

@@ -431,6 +431,38 @@ fn paws_drops_old_timestamps() {
 }
 
 #[test]
+fn paws_lets_data_one_tick_older_than_ts_recent_through() {
+    // New data stamped t is overtaken on the path by a retransmission stamped t + 1 that
+    // fills the hole below it: the data must not be dropped (Linux's TCP_PAWS_WINDOW = 1).
+    // It was dropped as PAWSEstab before, costing a retransmission per such overtaking.
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(b"hole");
+    let seg = drain(&mut client, ms(10));
+    let (tsval, tsecr) = seg[0].repr().options.timestamps.unwrap();
+    deliver(&mut server, ms(11), &seg);
+    let stamped = |ticks_back: u32| TcpOptions {
+        timestamps: Some((tsval.wrapping_sub(ticks_back), tsecr)),
+        ..TcpOptions::default()
+    };
+    let rcv_nxt = server.rcv_nxt();
+    let snd_nxt = server.snd_nxt();
+    server.handle_segment(
+        ms(12),
+        &raw(rcv_nxt, snd_nxt, TcpFlags::ACK, b"late", stamped(1)),
+    );
+    assert_eq!(server.recv_queue(), 8);
+    assert_eq!(server.counters().get(Counter::PAWSEstab), 0);
+    // Two ticks older is beyond the tolerance.
+    let rcv_nxt = server.rcv_nxt();
+    server.handle_segment(
+        ms(13),
+        &raw(rcv_nxt, snd_nxt, TcpFlags::ACK, b"old", stamped(2)),
+    );
+    assert_eq!(server.recv_queue(), 8);
+    assert_eq!(server.counters().get(Counter::PAWSEstab), 1);
+}
+
+#[test]
 fn delayed_ack_every_second_full_segment_else_timer() {
     let (mut client, mut server) = handshake(config(), config());
     let data = vec![7u8; 1448 * 2];
