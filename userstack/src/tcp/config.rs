@@ -71,8 +71,9 @@ pub struct Config {
     pub initial_window: u32,
     /// Duplicate ACKs (or SACKed segments above a hole) that signal loss (`tcp_reordering` = 3).
     pub dupthresh: u32,
-    /// Undo the congestion response when D-SACKs prove every retransmission spurious.
-    pub undo_on_dsack: bool,
+    /// Undo the congestion response when D-SACKs prove every retransmission spurious, or an
+    /// ACK's timestamp shows it was sent for an original transmission (Eifel, RFC 3522).
+    pub undo_spurious: bool,
     /// Tail loss probes (RFC 8985 section 7; Linux `tcp_early_retrans` = 3 enables them):
     /// a lost tail is repaired after about two RTTs instead of a full RTO. SACK only.
     pub tail_loss_probe: bool,
@@ -113,7 +114,7 @@ impl Default for Config {
             congestion: CongestionAlgorithm::Cubic,
             initial_window: 10,
             dupthresh: 3,
-            undo_on_dsack: true,
+            undo_spurious: true,
             tail_loss_probe: true,
             hystart: true,
             prr: true,

@@ -103,6 +103,9 @@ struct UndoRecord {
     retransmitted: bool,
     /// The episode began with an RTO.
     after_timeout: bool,
+    /// TSval of the episode's first retransmission (Linux's `retrans_stamp`): an ACK echoing
+    /// an older one was sent for an original transmission (Eifel, RFC 3522).
+    first_retransmission_tsval: Option<u32>,
 }
 
 /// RFC 6937 bookkeeping of one recovery episode (bytes).
@@ -1003,6 +1006,7 @@ impl Connection {
                 self.rtt.sample(rtt, ack, self.snd_nxt);
                 self.rack.on_rtt_sample(now, rtt);
             }
+            self.undo_if_original_was_acked(seg.options.timestamps.map(|(_, tsecr)| tsecr));
             self.snd_una = ack;
             self.timeouts = 0;
             self.dupacks = 0;
@@ -1124,6 +1128,7 @@ impl Connection {
             retransmissions: 0,
             retransmitted: false,
             after_timeout: false,
+            first_retransmission_tsval: None,
         });
         self.cc.on_congestion_event(now, self.flight_size());
     }
@@ -1218,32 +1223,51 @@ impl Connection {
         self.stats.spurious_retransmissions += u64::from(proven);
         undo.retransmissions -= proven;
         self.undo = Some(undo);
-        if undo.retransmissions == 0 && self.config.undo_on_dsack {
+        if undo.retransmissions == 0 && self.config.undo_spurious {
             // Every retransmission of the episode was unnecessary: undo the response.
-            self.cc.undo();
-            self.undo = None;
-            self.stats.undos += 1;
             self.counters.bump(Counter::TCPDSACKUndo);
             if undo.after_timeout {
                 self.counters.bump(Counter::TCPSpuriousRTOs);
-                self.counters.bump(Counter::TCPLossUndo);
-            } else {
-                self.counters.bump(Counter::TCPFullUndo);
             }
-            if self.recovery.is_some() {
-                self.recovery = None;
-                self.prr = None;
-                self.scoreboard.clear_sacks();
-                for i in 0..self.scoreboard.len() {
-                    if self
-                        .scoreboard
-                        .get(i)
-                        .is_some_and(|s| s.lost && !s.retransmit_in_flight)
-                    {
-                        self.scoreboard.mark_retransmitted(i, Instant::ZERO);
-                    }
-                }
-            }
+            self.undo_episode(undo);
+        }
+    }
+
+    /// Eifel detection (RFC 3522, Linux's `tcp_packet_delayed`): an ACK of new data whose
+    /// TSecr is older than the episode's first retransmission was sent for an original
+    /// transmission, so the retransmissions were unnecessary and the response is undone
+    /// without waiting for D-SACKs.
+    fn undo_if_original_was_acked(&mut self, tsecr: Option<u32>) {
+        let Some(undo) = self
+            .undo
+            .filter(|_| self.ts_ok && self.config.undo_spurious)
+        else {
+            return;
+        };
+        let (Some(first), Some(tsecr)) = (undo.first_retransmission_tsval, tsecr) else {
+            return;
+        };
+        if tsecr != 0 && (tsecr.wrapping_sub(first) as i32) < 0 {
+            self.undo_episode(undo);
+        }
+    }
+
+    /// Undoes the congestion response of an episode proven spurious (Linux's
+    /// `tcp_undo_cwnd_reduction`): the controller's state before it, the loss marks cleared
+    /// (RACK judges those segments anew), and the recovery ended. Counts TCPLossUndo after an
+    /// RTO and TCPFullUndo after a fast retransmit, as Linux does.
+    fn undo_episode(&mut self, undo: UndoRecord) {
+        self.cc.undo();
+        self.undo = None;
+        self.stats.undos += 1;
+        self.counters.bump(if undo.after_timeout {
+            Counter::TCPLossUndo
+        } else {
+            Counter::TCPFullUndo
+        });
+        if self.recovery.take().is_some() {
+            self.prr = None;
+            self.scoreboard.unmark_lost();
         }
     }
 
@@ -1432,6 +1456,7 @@ impl Connection {
                         retransmissions: 0,
                         retransmitted: false,
                         after_timeout: true,
+                        first_retransmission_tsval: None,
                     },
                 };
                 self.undo = Some(undo);
@@ -1858,12 +1883,14 @@ impl Connection {
             prr.out = prr.out.saturating_add(segment.len());
         }
         let after_timeout = self.recovery.is_some_and(|r| r.after_timeout);
+        let tsval = self.ts_now(now);
         if let Some(undo) = &mut self.undo {
             if after_timeout && undo.retransmitted {
                 self.counters.bump(Counter::TCPSlowStartRetrans);
             } else if !after_timeout {
                 self.counters.bump(Counter::TCPFastRetrans);
             }
+            undo.first_retransmission_tsval.get_or_insert(tsval);
             undo.retransmitted = true;
             undo.retransmissions += 1;
         }

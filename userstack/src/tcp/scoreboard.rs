@@ -209,6 +209,14 @@ impl Scoreboard {
         }
     }
 
+    /// Clears every loss mark (an episode was undone, Linux's `tcp_undo_cwnd_reduction`):
+    /// segments not yet resent count as in flight again, and RACK judges them anew.
+    pub fn unmark_lost(&mut self) {
+        for segment in &mut self.segments {
+            segment.lost = false;
+        }
+    }
+
     /// Forgets all SACK information (the peer reneged, RFC 2018 section 8).
     pub fn clear_sacks(&mut self) {
         for segment in &mut self.segments {

@@ -622,6 +622,60 @@ fn once_reordering_is_seen_a_late_segment_waits_out_the_reordering_window() {
 }
 
 #[test]
+fn an_ack_echoing_the_original_timestamp_undoes_a_spurious_fast_retransmit() {
+    // Eifel detection (RFC 3522) as Linux's tcp_packet_delayed: the ACK that the delayed
+    // original draws echoes a TSval older than the retransmission, so the episode is undone
+    // on that ACK, without waiting for the D-SACK. Before, cwnd stayed at ssthresh.
+    let (mut client, mut server) = handshake(config(), config());
+    client.send(&vec![3u8; 1448 * 8]);
+    let segs = drain(&mut client, ms(10));
+    let cwnd_before = client.cwnd();
+    deliver(&mut server, ms(11), &segs[1..]);
+    let sacks = drain(&mut server, ms(11));
+    deliver(&mut client, ms(21), &sacks);
+    assert!(client.in_recovery());
+    let retrans = drain(&mut client, ms(21));
+    assert_eq!(retrans[0].repr().seq_number, segs[0].repr().seq_number);
+    deliver(&mut server, ms(22), &segs[..1]);
+    let ack = drain(&mut server, ms(22));
+    let (_, tsecr) = ack[0].repr().options.timestamps.unwrap();
+    let (retrans_tsval, _) = retrans[0].repr().options.timestamps.unwrap();
+    assert!(
+        tsecr < retrans_tsval,
+        "the ACK echoes the original's timestamp"
+    );
+    deliver(&mut client, ms(32), &ack);
+    assert_eq!(client.counters().get(Counter::TCPFullUndo), 1);
+    assert_eq!(client.counters().get(Counter::TCPDSACKUndo), 0);
+    assert!(!client.in_recovery());
+    assert!(client.cwnd() >= cwnd_before, "the reduction was undone");
+    assert_eq!(client.ssthresh(), u32::MAX);
+}
+
+#[test]
+fn an_ack_echoing_the_original_timestamp_undoes_a_spurious_rto() {
+    // The ACKs of a flight are held up past the RTO; the retransmission goes out, then the
+    // held ACK arrives echoing the original's TSval: the RTO was spurious and its collapse of
+    // cwnd to one segment is undone (TCPLossUndo). Before, the flow restarted in slow start.
+    let (mut client, mut server, now) = steady_path(20);
+    let cwnd_before = client.cwnd();
+    client.send(&[5u8; 1448 * 2]);
+    let flight = drain(&mut client, now);
+    deliver(&mut server, now + Duration::from_millis(10), &flight);
+    let held = drain(&mut server, now + Duration::from_millis(10));
+    let rto = now + client.rto();
+    client.handle_timeout(rto);
+    assert_eq!(client.counters().get(Counter::TCPTimeouts), 1);
+    assert_eq!(drain(&mut client, rto).len(), 1);
+    assert!(client.cwnd() < cwnd_before);
+    deliver(&mut client, rto + Duration::from_millis(1), &held);
+    assert_eq!(client.counters().get(Counter::TCPLossUndo), 1);
+    assert!(!client.in_recovery());
+    // Restored, then grown by the two segments this ACK delivered (slow start).
+    assert_eq!(client.cwnd(), cwnd_before + 2 * 1448);
+}
+
+#[test]
 fn newreno_fast_retransmit_without_sack() {
     let no_sack = Config {
         sack: false,
