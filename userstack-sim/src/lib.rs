@@ -101,8 +101,14 @@ fn build(scenario: &Scenario, seed: u64) -> Built {
             let left = network.add_gateway();
             let right = network.add_gateway();
             for (i, &s) in senders.iter().enumerate() {
-                network.add_link(s, left, i, LinkDirection::new(access));
-                network.add_link(left, s, 0, LinkDirection::new(access));
+                // A pair's longer RTT is propagation delay on its sender's access link.
+                let extra_ms = topo.pair_rtt_ms.get(i).map_or(0.0, |r| r - topo.rtt_ms);
+                let delayed = LinkConfig {
+                    delay: Duration::from_secs_f64(extra_ms.max(0.0) / 2000.0),
+                    ..access
+                };
+                network.add_link(s, left, i, LinkDirection::new(delayed));
+                network.add_link(left, s, 0, LinkDirection::new(delayed));
             }
             for (i, &r) in receivers.iter().enumerate() {
                 network.add_link(r, right, i, LinkDirection::new(access));

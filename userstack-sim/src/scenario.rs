@@ -64,6 +64,11 @@ pub struct Topology {
     pub access_mbps: f64,
     /// Base round-trip time in milliseconds; all propagation delay sits on the bottleneck.
     pub rtt_ms: f64,
+    /// Round-trip time of each sender/receiver pair in milliseconds (dumbbell only; at least
+    /// `rtt_ms`): the difference is propagation delay on that sender's access link, half each
+    /// way. Empty: every pair has `rtt_ms`.
+    #[serde(default)]
+    pub pair_rtt_ms: Vec<f64>,
     /// Drop-tail queue of the bottleneck in packets.
     pub queue_packets: usize,
     /// Impairments of the forward (data) direction of the bottleneck.
@@ -226,7 +231,25 @@ fn default_write() -> usize {
 impl Scenario {
     /// Parses a scenario from TOML.
     pub fn from_toml(text: &str) -> Result<Scenario, toml::de::Error> {
-        toml::from_str(text)
+        let scenario: Scenario = toml::from_str(text)?;
+        let topo = &scenario.topology;
+        let invalid = <toml::de::Error as serde::de::Error>::custom;
+        if !topo.pair_rtt_ms.is_empty() {
+            if topo.kind != TopologyKind::Dumbbell || topo.pair_rtt_ms.len() != topo.pairs {
+                return Err(invalid(format!(
+                    "topology.pair_rtt_ms needs a dumbbell and one value per pair ({} given, {} pairs)",
+                    topo.pair_rtt_ms.len(),
+                    topo.pairs
+                )));
+            }
+            if let Some(rtt) = topo.pair_rtt_ms.iter().find(|&&r| r < topo.rtt_ms) {
+                return Err(invalid(format!(
+                    "topology.pair_rtt_ms: {rtt} ms is below the bottleneck's rtt_ms {}",
+                    topo.rtt_ms
+                )));
+            }
+        }
+        Ok(scenario)
     }
 }
 
@@ -265,5 +288,38 @@ mod tests {
         assert_eq!(c.congestion, CongestionAlgorithm::NewReno);
         assert_eq!(s.topology.impairments.burst_loss.unwrap().loss_bad, 1.0);
         assert!(Scenario::from_toml("name = 1").is_err());
+    }
+
+    #[test]
+    fn per_pair_rtts_need_a_dumbbell_and_one_value_per_pair_no_lower_than_the_base() {
+        let with = |pair_rtts: &str| {
+            Scenario::from_toml(&format!(
+                r#"
+                name = "t"
+                duration_ms = 1000
+                [topology]
+                kind = "dumbbell"
+                pairs = 2
+                bottleneck_mbps = 100
+                rtt_ms = 20
+                queue_packets = 100
+                pair_rtt_ms = {pair_rtts}
+                [[traffic]]
+                kind = "bulk"
+                flows = 2
+                "#
+            ))
+        };
+        assert_eq!(with("[20, 80]").unwrap().topology.pair_rtt_ms, [20.0, 80.0]);
+        let short = with("[20]").unwrap_err().to_string();
+        assert!(
+            short.contains("one value per pair (1 given, 2 pairs)"),
+            "{short}"
+        );
+        let low = with("[10, 80]").unwrap_err().to_string();
+        assert!(
+            low.contains("10 ms is below the bottleneck's rtt_ms 20"),
+            "{low}"
+        );
     }
 }
