@@ -148,6 +148,12 @@ fn host_index_ip(network: &Network, node: usize) -> Ipv4Addr {
 
 /// Runs `scenario` with `seed` and reports what it measured.
 pub fn run(scenario: &Scenario, seed: u64) -> Report {
+    run_observed(scenario, seed, |_| {})
+}
+
+/// [`run`], showing the network to `observe` at every metrics sample (each `window_rtts`
+/// base RTTs of simulated time).
+pub fn run_observed(scenario: &Scenario, seed: u64, mut observe: impl FnMut(&Network)) -> Report {
     let Built {
         mut network,
         senders,
@@ -195,23 +201,28 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
                 let off = Duration::from_millis(off_ms);
                 (flows, Pattern::OnOff { on, off }, Instant::ZERO, 0)
             }
-            Traffic::Short { per_second, bytes } => {
+            Traffic::Short {
+                per_second,
+                bytes,
+                hold_ms,
+                until_ms,
+            } => {
                 let sender = senders[0];
                 let receiver = receivers[0];
                 let remote = SocketAddrV4::new(host_index_ip(&network, receiver), SHORT_PORT);
                 if let Node::Host(host) = network.node_mut(receiver) {
                     let _ = host.stack.listen_with(SHORT_PORT, 4096, tcp);
                 }
-                host_apps(&mut network, receiver).push(App::ShortReceiver {
-                    port: SHORT_PORT,
-                    handles: Vec::new(),
-                });
+                host_apps(&mut network, receiver).push(App::ShortReceiver { port: SHORT_PORT });
                 host_apps(&mut network, sender).push(App::ShortSender {
                     remote,
                     interval: Duration::from_secs_f64(1.0 / per_second.max(1e-3)),
                     bytes,
+                    hold: Duration::from_millis(hold_ms),
+                    until: until_ms.map(Instant::from_millis),
                     next_open: Instant::ZERO,
                     active: Vec::new(),
+                    held: Default::default(),
                 });
                 continue;
             }
@@ -259,6 +270,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> Report {
     network.wake_all();
     network.sample_every(window);
     network.run_until(end, |net| {
+        observe(net);
         let now = net.now();
         for f in 0..flows {
             let progress = net.ctx.flows[f];

@@ -7,7 +7,7 @@ use crate::traffic::{App, AppContext};
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BinaryHeap, HashMap};
-use userstack::stack::Stack;
+use userstack::stack::{Event as StackEvent, Stack};
 use userstack::time::Instant;
 use userstack::wire::{ethernet, ethertype, ipv4, EthernetAddress};
 
@@ -21,6 +21,7 @@ pub struct Host {
     wake: Option<Instant>,
     rx: Vec<Vec<u8>>,
     tx: Vec<Vec<u8>>,
+    events: Vec<StackEvent>,
 }
 
 /// A gateway: forwards by destination MAC (static table), decrements the IPv4 TTL with an
@@ -160,6 +161,7 @@ impl Network {
             wake: None,
             rx: Vec::new(),
             tx: Vec::new(),
+            events: Vec::new(),
         })));
         self.ports.push(Vec::new());
         self.nodes.len() - 1
@@ -401,13 +403,19 @@ impl Network {
         let host = host.as_mut();
         host.stack.ingress(now, &mut host.rx);
         host.stack.poll_timers(now);
+        // Egress settles the connections that input and timers touched, which is what queues
+        // their readiness events: so transmit first, then let the applications see the
+        // events, then transmit what they wrote (the runner's loop does the same).
+        let mut tx = core::mem::take(&mut host.tx);
+        host.stack.egress(now, &mut tx);
+        host.events.clear();
+        host.stack.poll_events(&mut host.events);
         let mut next_app: Option<Instant> = None;
         for app in &mut host.apps {
-            if let Some(t) = app.run(now, &mut host.stack, &mut self.ctx) {
+            if let Some(t) = app.run(now, &mut host.stack, &host.events, &mut self.ctx) {
                 next_app = Some(next_app.map_or(t, |n| n.min(t)));
             }
         }
-        let mut tx = core::mem::take(&mut host.tx);
         host.stack.egress(now, &mut tx);
         let next = [host.stack.poll_timeout(), next_app]
             .into_iter()
@@ -430,6 +438,14 @@ impl Network {
         if let Some(at) = wake {
             self.schedule(at, EventKind::Wake { node });
         }
+    }
+
+    /// Every host's stack.
+    pub fn stacks(&self) -> impl Iterator<Item = &Stack> {
+        self.nodes.iter().filter_map(|node| match node {
+            Node::Host(host) => Some(&host.stack),
+            Node::Gateway(_) => None,
+        })
     }
 
     /// The stack of host `node`.

@@ -221,6 +221,13 @@ pub enum Traffic {
         per_second: f64,
         /// Bytes per connection.
         bytes: u64,
+        /// How long a connection stays open after its bytes are acknowledged, in
+        /// milliseconds: `per_second` × this is how many are open at once.
+        #[serde(default)]
+        hold_ms: u64,
+        /// No connection opens after this many milliseconds (absent: until the end).
+        #[serde(default)]
+        until_ms: Option<u64>,
     },
 }
 

@@ -1,8 +1,9 @@
 //! Applications that generate and sink traffic on simulated hosts.
 
 use core::time::Duration;
+use std::collections::VecDeque;
 use std::net::SocketAddrV4;
-use userstack::stack::{SocketHandle, Stack};
+use userstack::stack::{Event, SocketHandle, Stack};
 use userstack::time::Instant;
 
 /// Bytes handed to `send` (content is irrelevant to the simulator).
@@ -83,7 +84,8 @@ pub enum App {
         /// Accepted connections.
         handles: Vec<SocketHandle>,
     },
-    /// Opens a connection every `interval`, sends `bytes`, closes once all is acknowledged.
+    /// Opens a connection every `interval` until `until`, sends `bytes`, and closes it `hold`
+    /// after all is acknowledged.
     ShortSender {
         /// Destination.
         remote: SocketAddrV4,
@@ -91,18 +93,35 @@ pub enum App {
         interval: Duration,
         /// Bytes per connection.
         bytes: u64,
+        /// Time a connection stays open after its bytes are acknowledged.
+        hold: Duration,
+        /// No open after this (`None`: until the end).
+        until: Option<Instant>,
         /// Next open.
         next_open: Instant,
-        /// Open connections: handle, start time, bytes written.
-        active: Vec<(SocketHandle, Instant, u64)>,
+        /// Connections still sending or waiting for their ACKs.
+        active: Vec<ShortConnection>,
+        /// Acknowledged connections and when each closes, oldest first (the hold is the same
+        /// for all, so this is also closing order): only the due ones are touched.
+        held: VecDeque<(Instant, SocketHandle)>,
     },
-    /// Accepts short connections, reads them and closes them at end of stream.
+    /// Accepts short connections, reads them and closes them at end of stream; it acts on
+    /// the stack's readiness events, so thousands of idle connections cost nothing.
     ShortReceiver {
         /// Listening port.
         port: u16,
-        /// Accepted connections.
-        handles: Vec<SocketHandle>,
     },
+}
+
+/// One connection of a [`App::ShortSender`].
+#[derive(Debug, Clone, Copy)]
+pub struct ShortConnection {
+    /// The socket.
+    pub handle: SocketHandle,
+    /// When it was opened.
+    pub started: Instant,
+    /// Bytes the stack has accepted.
+    pub written: u64,
 }
 
 fn write_up_to(stack: &mut Stack, handle: SocketHandle, mut remaining: u64) -> u64 {
@@ -131,6 +150,17 @@ fn drain(stack: &mut Stack, handle: SocketHandle) -> u64 {
     total
 }
 
+/// Reads what a short connection has and closes it at end of stream or on error.
+fn serve_short(stack: &mut Stack, handle: SocketHandle) {
+    drain(stack, handle);
+    if stack
+        .connection(handle)
+        .is_some_and(|c| c.is_recv_finished() || c.error().is_some())
+    {
+        let _ = stack.close(handle);
+    }
+}
+
 impl App {
     /// Does whatever is due at `now`; returns when it next needs to run on its own (events on
     /// the host also run it).
@@ -138,6 +168,7 @@ impl App {
         &mut self,
         now: Instant,
         stack: &mut Stack,
+        events: &[Event],
         ctx: &mut AppContext,
     ) -> Option<Instant> {
         match self {
@@ -212,55 +243,76 @@ impl App {
                 remote,
                 interval,
                 bytes,
+                hold,
+                until,
                 next_open,
                 active,
+                held,
             } => {
-                while *next_open <= now {
-                    if let Ok(h) = stack.connect(*remote) {
-                        active.push((h, now, 0));
+                let before_until = |t: Instant| until.is_none_or(|u| t <= u);
+                while *next_open <= now && before_until(*next_open) {
+                    if let Ok(handle) = stack.connect(*remote) {
+                        active.push(ShortConnection {
+                            handle,
+                            started: now,
+                            written: 0,
+                        });
                         ctx.short_started += 1;
                     }
                     *next_open += *interval;
                 }
-                active.retain_mut(|(h, started, written)| {
-                    if *written < *bytes {
-                        *written += write_up_to(stack, *h, *bytes - *written);
+                while let Some(&(close_at, handle)) = held.front() {
+                    if close_at > now {
+                        break;
                     }
-                    let Some(conn) = stack.connection(*h) else {
+                    let _ = stack.close(handle);
+                    held.pop_front();
+                }
+                active.retain_mut(|c| {
+                    if c.written < *bytes {
+                        c.written += write_up_to(stack, c.handle, *bytes - c.written);
+                    }
+                    let Some(conn) = stack.connection(c.handle) else {
                         return false;
                     };
                     if conn.error().is_some() {
-                        let _ = stack.close(*h);
+                        let _ = stack.close(c.handle);
                         return false;
                     }
-                    if *written == *bytes
+                    if c.written == *bytes
                         && conn.send_queue() == 0
                         && conn.state().is_synchronized()
                     {
                         ctx.short_fct_ms
-                            .push((now - *started).as_secs_f64() * 1000.0);
-                        let _ = stack.close(*h);
+                            .push((now - c.started).as_secs_f64() * 1000.0);
+                        if hold.is_zero() {
+                            let _ = stack.close(c.handle);
+                        } else {
+                            held.push_back((now + *hold, c.handle));
+                        }
                         return false;
                     }
                     true
                 });
-                Some(*next_open)
+                let next_close = held.front().map(|&(at, _)| at);
+                let next_open = before_until(*next_open).then_some(*next_open);
+                next_open.into_iter().chain(next_close).min()
             }
-            App::ShortReceiver { port, handles } => {
+            App::ShortReceiver { port } => {
+                // A connection accepted now may have had its data and FIN already.
                 while let Some(h) = stack.accept(*port) {
-                    handles.push(h);
+                    serve_short(stack, h);
                 }
-                handles.retain(|&h| {
-                    drain(stack, h);
-                    match stack.connection(h) {
-                        Some(conn) if conn.is_recv_finished() || conn.error().is_some() => {
-                            let _ = stack.close(h);
-                            false
+                for event in events {
+                    if let Event::Ready(h, _) = *event {
+                        if stack
+                            .connection(h)
+                            .is_some_and(|c| c.local().port() == *port)
+                        {
+                            serve_short(stack, h);
                         }
-                        Some(_) => true,
-                        None => false,
                     }
-                });
+                }
                 None
             }
         }
