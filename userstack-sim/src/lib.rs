@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod network;
 pub mod rng;
 pub mod scenario;
+pub mod soak;
 pub mod traffic;
 
 use core::time::Duration;
