@@ -59,6 +59,7 @@ counters! {
     TCPFullUndo => ("TcpExt", "TCPFullUndo", "Congestion responses fully undone."),
     TCPDSACKUndo => ("TcpExt", "TCPDSACKUndo", "Congestion responses undone by D-SACK."),
     TCPLossUndo => ("TcpExt", "TCPLossUndo", "RTO responses undone."),
+    TCPPartialUndo => ("TcpExt", "TCPPartialUndo", "Recoveries undone on a partial ACK for a delayed original."),
     TCPFastRetrans => ("TcpExt", "TCPFastRetrans", "Retransmissions in fast recovery."),
     TCPLostRetransmit => ("TcpExt", "TCPLostRetransmit", "Retransmissions found lost again."),
     TCPSlowStartRetrans => ("TcpExt", "TCPSlowStartRetrans", "Retransmissions after an RTO."),

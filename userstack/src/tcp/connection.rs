@@ -103,9 +103,6 @@ struct UndoRecord {
     retransmitted: bool,
     /// The episode began with an RTO.
     after_timeout: bool,
-    /// TSval of the episode's first retransmission (Linux's `retrans_stamp`): an ACK echoing
-    /// an older one was sent for an original transmission (Eifel, RFC 3522).
-    first_retransmission_tsval: Option<u32>,
 }
 
 /// RFC 6937 bookkeeping of one recovery episode (bytes).
@@ -224,6 +221,9 @@ pub struct Connection {
     rack: Rack,
     /// RACK's reordering timer: segments wait out their reordering window until then.
     reorder_deadline: Option<Instant>,
+    /// TSval of the earliest retransmission still outstanding (Linux's `retrans_stamp`): an
+    /// ACK echoing an older TSval was sent for an original transmission (Eifel, RFC 3522).
+    retrans_stamp: Option<u32>,
     hystart: HyStart,
     /// Proportional rate reduction state during SACK recovery (RFC 6937).
     prr: Option<Prr>,
@@ -316,6 +316,7 @@ impl Connection {
             cwnd_blocked: false,
             rack: Rack::new(config.dupthresh),
             reorder_deadline: None,
+            retrans_stamp: None,
             hystart: HyStart::new(config.hystart),
             prr: None,
             cc: new_controller(
@@ -1006,7 +1007,20 @@ impl Connection {
                 self.rtt.sample(rtt, ack, self.snd_nxt);
                 self.rack.on_rtt_sample(now, rtt);
             }
-            self.undo_if_original_was_acked(seg.options.timestamps.map(|(_, tsecr)| tsecr));
+            let tsecr = seg.options.timestamps.map(|(_, tsecr)| tsecr);
+            let delayed = self.ts_ok
+                && tsecr.is_some_and(|e| {
+                    e != 0
+                        && self
+                            .retrans_stamp
+                            .is_some_and(|s| (e.wrapping_sub(s) as i32) < 0)
+                });
+            if !self.scoreboard.any_retransmitted() {
+                self.retrans_stamp = None;
+            }
+            if delayed {
+                self.undo_for_delayed_original(ack);
+            }
             self.snd_una = ack;
             self.timeouts = 0;
             self.dupacks = 0;
@@ -1128,7 +1142,6 @@ impl Connection {
             retransmissions: 0,
             retransmitted: false,
             after_timeout: false,
-            first_retransmission_tsval: None,
         });
         self.cc.on_congestion_event(now, self.flight_size());
     }
@@ -1194,8 +1207,16 @@ impl Connection {
                 }
             }
         }
+        // In sequence order, as Linux sorts them (tcp_sacktag_write_queue): blocks come most
+        // recent first, and a lower block applied after a higher one would look reordered.
+        let fresh = &blocks[usize::from(skip_first)..];
+        let mut sorted = [(SeqNumber(0), SeqNumber(0)); SackBlocks::CAPACITY];
+        let sorted = &mut sorted[..fresh.len()];
+        sorted.copy_from_slice(fresh);
+        // Within one window, so the wrapping comparison is a total order here.
+        sorted.sort_unstable_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(core::cmp::Ordering::Equal));
         let mut reordered = 0;
-        for &(left, right) in &blocks[usize::from(skip_first)..] {
+        for &(left, right) in sorted.iter() {
             if left >= right || left < self.snd_una || right > self.snd_nxt {
                 self.counters.bump(Counter::TCPSACKDiscard);
                 continue;
@@ -1233,21 +1254,22 @@ impl Connection {
         }
     }
 
-    /// Eifel detection (RFC 3522, Linux's `tcp_packet_delayed`): an ACK of new data whose
-    /// TSecr is older than the episode's first retransmission was sent for an original
-    /// transmission, so the retransmissions were unnecessary and the response is undone
-    /// without waiting for D-SACKs.
-    fn undo_if_original_was_acked(&mut self, tsecr: Option<u32>) {
-        let Some(undo) = self
-            .undo
-            .filter(|_| self.ts_ok && self.config.undo_spurious)
-        else {
+    /// Eifel detection (RFC 3522, Linux's `tcp_packet_delayed`): this ACK of new data echoes
+    /// a TSval older than the earliest retransmission outstanding, so it was sent for an
+    /// original transmission. As Linux (`tcp_try_undo_recovery`, `tcp_try_undo_partial`,
+    /// `tcp_try_undo_loss`), the episode is undone when it began with an RTO, when this ACK
+    /// completes it, or on a partial ACK once no retransmission is left in flight.
+    fn undo_for_delayed_original(&mut self, ack: SeqNumber) {
+        let (Some(undo), Some(recovery)) = (self.undo, self.recovery) else {
             return;
         };
-        let (Some(first), Some(tsecr)) = (undo.first_retransmission_tsval, tsecr) else {
+        if !self.config.undo_spurious {
             return;
-        };
-        if tsecr != 0 && (tsecr.wrapping_sub(first) as i32) < 0 {
+        }
+        if recovery.after_timeout || ack >= recovery.recover {
+            self.undo_episode(undo);
+        } else if !self.scoreboard.any_retransmit_in_flight() {
+            self.counters.bump(Counter::TCPPartialUndo);
             self.undo_episode(undo);
         }
     }
@@ -1456,7 +1478,6 @@ impl Connection {
                         retransmissions: 0,
                         retransmitted: false,
                         after_timeout: true,
-                        first_retransmission_tsval: None,
                     },
                 };
                 self.undo = Some(undo);
@@ -1883,14 +1904,13 @@ impl Connection {
             prr.out = prr.out.saturating_add(segment.len());
         }
         let after_timeout = self.recovery.is_some_and(|r| r.after_timeout);
-        let tsval = self.ts_now(now);
+        self.retrans_stamp.get_or_insert(self.ts_now(now));
         if let Some(undo) = &mut self.undo {
             if after_timeout && undo.retransmitted {
                 self.counters.bump(Counter::TCPSlowStartRetrans);
             } else if !after_timeout {
                 self.counters.bump(Counter::TCPFastRetrans);
             }
-            undo.first_retransmission_tsval.get_or_insert(tsval);
             undo.retransmitted = true;
             undo.retransmissions += 1;
         }

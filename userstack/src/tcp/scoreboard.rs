@@ -184,6 +184,16 @@ impl Scoreboard {
         found
     }
 
+    /// Whether any outstanding segment was ever retransmitted.
+    pub fn any_retransmitted(&self) -> bool {
+        self.segments.iter().any(|s| s.retransmitted)
+    }
+
+    /// Whether a retransmission is in flight (Linux's `retrans_out` > 0).
+    pub fn any_retransmit_in_flight(&self) -> bool {
+        self.segments.iter().any(|s| s.retransmit_in_flight)
+    }
+
     /// Segments the peer has SACKed (RACK's segs_sacked).
     pub fn sacked_segments(&self) -> u32 {
         self.segments.iter().filter(|s| s.sacked).count() as u32
