@@ -29,7 +29,10 @@ fn the_evaluation_generator_writes_its_table_and_plots() {
     cleanup();
     assert_eq!(rows, 10, "{doc}");
     for plot in &plots {
-        assert!(plot.contains(">\nSACK\n<") && plot.contains(">\nno SACK\n<"), "{plot}");
+        assert!(
+            plot.contains(">\nSACK\n<") && plot.contains(">\nno SACK\n<"),
+            "{plot}"
+        );
         assert!(plot.matches("<polyline").count() >= 2, "{plot}");
     }
     assert!(doc.contains("userstack-eval -- --seeds 1 --write"));
