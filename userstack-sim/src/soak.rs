@@ -54,6 +54,14 @@ pub fn live_heap_bytes() -> usize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
+/// How much more heap than after a two-minute churn the drained stacks may hold before it
+/// counts as a leak: 1 % of it plus 64 KiB, for the frame pool's spare buffers (one
+/// 1.5 kB frame more or less) and the allocator's rounding. A leak of even one byte per
+/// connection is 720 kB over the hour's 720,000.
+pub fn leak_allowance(reference: usize) -> usize {
+    reference / 100 + 64 * 1024
+}
+
 /// One minute's look at the stacks.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct SoakSample {

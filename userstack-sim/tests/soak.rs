@@ -4,7 +4,7 @@
 //! hold more after five minutes of churn than after two: what a leak would grow.
 
 use userstack_sim::scenario::Scenario;
-use userstack_sim::soak::{churn_for, soak, CountingAllocator, SoakSample};
+use userstack_sim::soak::{churn_for, leak_allowance, soak, CountingAllocator, SoakSample};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -58,10 +58,17 @@ fn churning_10k_connections_leaves_no_control_block_and_no_growing_heap() {
         "control blocks left after TIME-WAIT"
     );
     assert_eq!(last.established, 0);
-    // The same peak reached for 3 more minutes may not leave more behind (1 % slack for
-    // the allocator's rounding of the tables' growth).
+    // Idle again, the stacks give their tables back: what stays is 4 bytes of generation per
+    // slot index ever used (handles stay unique) and the frame pool's spare buffers. It was
+    // 78 MB (the slot table at its peak capacity) before the tables were released.
     assert!(
-        last.live_heap_bytes <= short.live_heap_bytes + short.live_heap_bytes / 100,
+        last.live_heap_bytes <= idle + (1 << 20),
+        "{} bytes live after the drain against {idle} idle",
+        last.live_heap_bytes
+    );
+    // The same peak reached for 3 more minutes may not leave more behind.
+    assert!(
+        last.live_heap_bytes <= short.live_heap_bytes + leak_allowance(short.live_heap_bytes),
         "{} bytes live after 5 minutes of churn against {} after 2",
         last.live_heap_bytes,
         short.live_heap_bytes

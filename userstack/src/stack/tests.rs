@@ -94,6 +94,42 @@ fn arp_handshake_transfer_and_close() {
 }
 
 #[test]
+fn an_idle_stack_gives_its_slot_table_back_and_old_handles_stay_stale() {
+    // 50 connections opened and closed through TIME-WAIT: the slot table kept their peak's
+    // capacity (1.5 kB a slot) before; now it is released once the last one is gone.
+    let (mut a, mut b) = pair();
+    b.listen(80, 256).unwrap();
+    let handles: Vec<SocketHandle> = (0..50)
+        .map(|_| a.connect(SocketAddrV4::new(IP_B, 80)).unwrap())
+        .collect();
+    let now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let accepted: Vec<SocketHandle> = std::iter::from_fn(|| b.accept(80)).collect();
+    assert_eq!(accepted.len(), 50);
+    assert!(a.slots.capacity() >= 50);
+    for &h in &handles {
+        a.close(h).unwrap();
+    }
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(10));
+    for &h in &accepted {
+        b.close(h).unwrap();
+    }
+    let now = pump(&mut a, &mut b, now, now + Duration::from_secs(120));
+    assert_eq!(a.connection_count(), 0);
+    assert_eq!(a.slots.capacity(), 0, "the slot table was kept");
+    assert_eq!(b.slots.capacity(), 0, "the slot table was kept");
+    // A new connection takes slot 0 again, under a newer generation than the old handle's.
+    let again = a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
+    let old = handles.iter().find(|h| h.index == again.index).unwrap();
+    assert!(again.generation > old.generation);
+    assert!(
+        a.connection(*old).is_none(),
+        "an old handle reaches the new connection"
+    );
+    pump(&mut a, &mut b, now, now + Duration::from_millis(10));
+    assert!(b.accept(80).is_some());
+}
+
+#[test]
 fn closed_port_answers_rst_and_connect_fails() {
     let (mut a, mut b) = pair();
     let client = a.connect(SocketAddrV4::new(IP_B, 81)).unwrap();

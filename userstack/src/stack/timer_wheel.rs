@@ -6,6 +6,13 @@ use crate::time::Instant;
 const SLOT_BITS: u32 = 6;
 const SLOTS: usize = 1 << SLOT_BITS;
 const LEVELS: usize = 6;
+/// Entries each slot has room for from the start (6 × 64 × 4 × 16 bytes = 24 KiB a wheel): a
+/// slot allocates only when it first holds more timers than it ever has.
+const SLOT_CAPACITY: usize = 4;
+/// Capacity a higher-level slot keeps after its entries cascade down (1 KiB): a timer armed
+/// into it next turn allocates nothing, and a slot that once held thousands (a busy moment)
+/// does not hold on to that memory.
+const SLOT_KEEP: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
@@ -34,11 +41,25 @@ impl TimerWheel {
             tick_nanos,
             now_tick: now.as_nanos() / tick_nanos,
             levels: (0..LEVELS)
-                .map(|_| (0..SLOTS).map(|_| Vec::new()).collect())
+                .map(|_| {
+                    (0..SLOTS)
+                        .map(|_| Vec::with_capacity(SLOT_CAPACITY))
+                        .collect()
+                })
                 .collect(),
             occupied: [0; LEVELS],
             len: 0,
         }
+    }
+
+    /// Drops every entry and gives back what the slots grew beyond their initial room (for a
+    /// stack with no connection left, whose entries are all stale).
+    pub fn clear(&mut self) {
+        for slot in self.levels.iter_mut().flatten() {
+            *slot = Vec::with_capacity(SLOT_CAPACITY);
+        }
+        self.occupied = [0; LEVELS];
+        self.len = 0;
     }
 
     /// Entries held, stale ones included.
@@ -93,10 +114,18 @@ impl TimerWheel {
                     break;
                 }
                 let slot = ((self.now_tick >> shift) as usize) & (SLOTS - 1);
-                let entries = core::mem::take(&mut self.levels[level][slot]);
+                let mut entries = core::mem::take(&mut self.levels[level][slot]);
                 self.occupied[level] &= !(1u64 << slot);
-                for entry in entries {
+                // Every entry moves to a lower level (its deadline is within this slot's span).
+                for entry in entries.drain(..) {
                     self.place(entry, self.now_tick);
+                }
+                // Give the emptied vector's capacity back, so that a timer re-armed into this
+                // slot on the next turn allocates nothing, unless it is larger than worth keeping.
+                if entries.capacity() <= SLOT_KEEP {
+                    self.levels[level][slot] = entries;
+                } else {
+                    self.levels[level][slot] = Vec::with_capacity(SLOT_CAPACITY);
                 }
             }
             let slot = (self.now_tick as usize) & (SLOTS - 1);
