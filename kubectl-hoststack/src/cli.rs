@@ -344,7 +344,7 @@ mod tests {
         assert_eq!(r.data, None);
         for bad in [
             &["--prometheus", "http://p:9090", "--out", "r.png"][..],
-            &["--prometheus", "https://p:9090", "--out", "r.svg"],
+            &["--prometheus", "ftp://p:9090", "--out", "r.svg"],
             &[
                 "--prometheus",
                 "http://p:9090",

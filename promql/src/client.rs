@@ -5,10 +5,13 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
+use hyper::header::HeaderMap;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
 
+use crate::access::Access;
 use crate::answer::{decode, Data, Series};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -39,21 +42,36 @@ pub struct Range {
 /// A client of one Prometheus server. Cloning it shares its connection pool.
 #[derive(Clone, Debug)]
 pub struct Client {
-    http: hyper_util::client::legacy::Client<HttpConnector, Empty<Bytes>>,
+    http: hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    headers: HeaderMap,
     endpoint: Endpoint,
     timeout: Duration,
     max_response_bytes: usize,
 }
 
 impl Client {
-    /// A client of the server at `endpoint`, with the default timeout and size limit.
+    /// A client of the server at `endpoint` (over https, trusting the system's roots), with
+    /// the default timeout and size limit.
     pub fn new(endpoint: Endpoint) -> Client {
-        Client {
-            http: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
+        Client::with_access(endpoint, &Access::default()).expect("no access settings to refuse")
+    }
+
+    /// A client of the server at `endpoint` that presents `access`'s credentials and headers
+    /// and trusts its CA bundle; fails when those cannot be used.
+    pub fn with_access(endpoint: Endpoint, access: &Access) -> Result<Client> {
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(access.tls_config()?)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Client {
+            http: hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                .build(connector),
+            headers: access.header_map()?,
             endpoint,
             timeout: DEFAULT_TIMEOUT,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-        }
+        })
     }
 
     /// The same client with another timeout for each query.
@@ -96,21 +114,28 @@ impl Client {
     /// GETs `path` under the endpoint's prefix and decodes the answer.
     async fn get(&self, path: &str) -> Result<Data> {
         let url = format!("{}{path}", self.endpoint);
-        let request = hyper::Request::get(url.as_str())
+        let mut request = hyper::Request::get(url.as_str())
             .header(hyper::header::ACCEPT, "application/json")
             .body(Empty::new())
             .map_err(|e| Error::Address {
                 address: self.endpoint.to_string(),
                 reason: e.to_string(),
             })?;
+        request.headers_mut().extend(self.headers.clone());
         let exchange = async {
             let response = self
                 .http
                 .request(request)
                 .await
-                .map_err(|e| Error::Unreachable {
-                    url: self.endpoint.to_string(),
-                    reason: innermost(&e),
+                .map_err(|e| match tls_failure(&e) {
+                    Some(reason) => Error::Tls {
+                        url: self.endpoint.to_string(),
+                        reason,
+                    },
+                    None => Error::Unreachable {
+                        url: self.endpoint.to_string(),
+                        reason: innermost(&e),
+                    },
                 })?;
             let status = response.status();
             let body = Limited::new(response.into_body(), self.max_response_bytes)
@@ -139,6 +164,25 @@ impl Client {
 /// Percent-encodes a query parameter's value.
 fn encode(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, QUERY_VALUE).to_string()
+}
+
+/// What rustls reported, when a connection failed in its TLS handshake. The rustls error sits
+/// inside io::Errors (tokio-rustls wraps it, hyper-util wraps that), which `source()` skips
+/// over, so each is opened with `get_ref`.
+fn tls_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        cause = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 /// The innermost cause of an error: what a person can act on (`Connection refused`), not the

@@ -1,4 +1,4 @@
-//! A Prometheus server's base URL, checked once: the scheme (plain `http://` for now), the
+//! A Prometheus server's base URL, checked once: the scheme (`http://` or `https://`), the
 //! authority with its port, and the path prefix the API lives under.
 
 use std::fmt;
@@ -6,24 +6,28 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 
-/// Where a Prometheus server's API is: `http://<authority><prefix>/api/v1/...`.
+/// Where a Prometheus server's API is: `http[s]://<authority><prefix>/api/v1/...`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
+    tls: bool,
     authority: String,
     prefix: String,
 }
 
 impl Endpoint {
-    /// Parses `http://host[:port][/prefix]` (port 80 when none is named); anything else, https
-    /// included, is refused with the reason.
+    /// Parses `http://host[:port][/prefix]` or `https://...` (port 80 or 443 when none is
+    /// named); anything else is refused with the reason.
     pub fn parse(url: &str) -> Result<Endpoint> {
         let bad = |reason: &str| Error::Address {
             address: url.to_string(),
             reason: reason.to_string(),
         };
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only plain http:// Prometheus URLs are supported"))?;
+        let (tls, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+            (Some(rest), _) => (true, rest),
+            (None, Some(rest)) => (false, rest),
+            (None, None) => return Err(bad("only http:// and https:// URLs are supported")),
+        };
+        let default_port = if tls { 443 } else { 80 };
         let (host, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if host.is_empty() {
             return Err(bad("no host"));
@@ -31,7 +35,7 @@ impl Endpoint {
         let authority = if host.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
             host.to_string()
         } else {
-            format!("{host}:80")
+            format!("{host}:{default_port}")
         };
         if authority.parse::<hyper::http::uri::Authority>().is_err() {
             return Err(bad("not a host and port"));
@@ -42,7 +46,16 @@ impl Endpoint {
         } else {
             format!("/{prefix}")
         };
-        Ok(Endpoint { authority, prefix })
+        Ok(Endpoint {
+            tls,
+            authority,
+            prefix,
+        })
+    }
+
+    /// Whether the server is spoken to over TLS.
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 
     /// `host:port`.
@@ -57,9 +70,10 @@ impl Endpoint {
 }
 
 impl fmt::Display for Endpoint {
-    /// The base URL, `http://host:port[/prefix]`.
+    /// The base URL, `http[s]://host:port[/prefix]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.prefix)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.prefix)
     }
 }
 
@@ -94,12 +108,13 @@ mod tests {
             Endpoint::parse("http://[::1]/").unwrap().authority(),
             "[::1]:80"
         );
-        let e = Endpoint::parse("https://prom:9090")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("only plain http://"), "{e}");
+        let e = Endpoint::parse("https://prom.example/p").unwrap();
+        assert!(e.tls());
+        assert_eq!(e.to_string(), "https://prom.example:443/p");
+        let e = Endpoint::parse("ftp://prom:9090").unwrap_err().to_string();
+        assert!(e.contains("only http:// and https://"), "{e}");
         assert!(
-            e.starts_with("bad Prometheus address \"https://prom:9090\": "),
+            e.starts_with("bad Prometheus address \"ftp://prom:9090\": "),
             "{e}"
         );
         assert!(Endpoint::parse("http:///x").is_err());

@@ -16,6 +16,18 @@ pub enum Error {
         /// Why it cannot be used.
         reason: String,
     },
+    /// The access settings (CA bundle, credentials, headers) cannot be used.
+    #[error("Prometheus access settings: {0}")]
+    Access(String),
+    /// The TLS handshake failed (an untrusted or mismatched certificate, or a server that does
+    /// not speak TLS).
+    #[error("TLS with Prometheus at {url} failed: {reason}")]
+    Tls {
+        /// The server's base URL.
+        url: String,
+        /// What rustls reported.
+        reason: String,
+    },
     /// No connection, or it broke before an answer came.
     #[error("Prometheus at {url} unreachable: {reason}")]
     Unreachable {

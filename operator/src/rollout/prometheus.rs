@@ -134,7 +134,8 @@ pub fn judge(values: &[f64], success: &str, failure: Option<&str>) -> Verdict {
     }
 }
 
-/// Runs an instant query against `address` (plain HTTP) and returns its values.
+/// Runs an instant query against `address` (http, or https trusting the system's roots) and
+/// returns its values.
 pub async fn query(address: &str, promql: &str) -> Result<Vec<f64>, String> {
     let endpoint = Endpoint::parse(address).map_err(failure)?;
     let data = Client::new(endpoint)
