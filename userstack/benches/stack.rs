@@ -4,95 +4,15 @@
 //! simulator's speed is userstack-sim's benchmark. Figures go to docs/userstack.md, never into
 //! assertions.
 
+#[path = "../tests/support/pair.rs"]
+mod pair;
+
 use core::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use pair::{Pair, IP_B};
 use std::hint::black_box;
-use std::net::{Ipv4Addr, SocketAddrV4};
-use userstack::stack::{SocketHandle, Stack, StackConfig};
+use std::net::SocketAddrV4;
 use userstack::tcp::Config;
-use userstack::time::Instant;
-use userstack::wire::EthernetAddress;
-
-const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
-const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
-const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
-const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-
-/// Two stacks and the frames in flight between them.
-struct Pair {
-    a: Stack,
-    b: Stack,
-    now: Instant,
-    ab: Vec<Vec<u8>>,
-    ba: Vec<Vec<u8>>,
-}
-
-impl Pair {
-    fn new(tcp: Config) -> Pair {
-        Pair::with_offload(tcp, false)
-    }
-
-    /// `offload`: both stacks leave TCP checksums to the (here imaginary) NIC.
-    fn with_offload(tcp: Config, offload: bool) -> Pair {
-        let mut ca = StackConfig::new(MAC_A, IP_A, 24);
-        ca.tcp = tcp;
-        ca.rx_checksum_offload = offload;
-        ca.tx_checksum_offload = offload;
-        let mut cb = StackConfig::new(MAC_B, IP_B, 24);
-        cb.tcp = tcp;
-        cb.secret = 2;
-        cb.rx_checksum_offload = offload;
-        cb.tx_checksum_offload = offload;
-        let mut a = Stack::new(ca, Instant::ZERO);
-        let mut b = Stack::new(cb, Instant::ZERO);
-        a.add_neighbor(IP_B, MAC_B);
-        b.add_neighbor(IP_A, MAC_A);
-        Pair {
-            a,
-            b,
-            now: Instant::ZERO,
-            ab: Vec::new(),
-            ba: Vec::new(),
-        }
-    }
-
-    /// One round on the link: both sides transmit, both receive, buffers flow back.
-    fn step(&mut self) -> bool {
-        self.now += Duration::from_micros(5);
-        self.a.poll_timers(self.now);
-        self.b.poll_timers(self.now);
-        self.a.egress(self.now, &mut self.ab);
-        self.b.egress(self.now, &mut self.ba);
-        let moved = !self.ab.is_empty() || !self.ba.is_empty();
-        let (to_b, to_a) = (self.ab.len(), self.ba.len());
-        self.b.ingress(self.now, &mut self.ab);
-        self.a.ingress(self.now, &mut self.ba);
-        // Transmit completion: the buffers a frame used go back to its sender's pool.
-        let (from, to) = if to_b >= to_a {
-            (&mut self.b, &mut self.a)
-        } else {
-            (&mut self.a, &mut self.b)
-        };
-        for _ in 0..to_b.abs_diff(to_a) {
-            match from.buffer_pool().take_spare() {
-                Some(buf) => to.buffer_pool().put(buf),
-                None => break,
-            }
-        }
-        moved
-    }
-
-    fn connect(&mut self, port: u16) -> (SocketHandle, SocketHandle) {
-        let client = self.a.connect(SocketAddrV4::new(IP_B, port)).expect("port");
-        loop {
-            self.step();
-            if let Some(server) = self.b.accept(port) {
-                self.step();
-                return (client, server);
-            }
-        }
-    }
-}
 
 fn bulk_config() -> Config {
     Config {
@@ -212,11 +132,11 @@ fn churn(c: &mut Criterion) {
     for _ in 0..LIVE {
         pair.a.connect(SocketAddrV4::new(IP_B, 80)).unwrap();
         if pair.a.connection_count().is_multiple_of(512) {
-            while pair.step() {}
+            while pair.step() > 0 {}
             while pair.b.accept(80).is_some() {}
         }
     }
-    while pair.step() {}
+    while pair.step() > 0 {}
     while pair.b.accept(80).is_some() {}
     assert!(
         pair.b.connection_count() >= LIVE,
@@ -229,7 +149,7 @@ fn churn(c: &mut Criterion) {
             pair.a.close(client).unwrap();
             pair.step();
             pair.b.close(server).unwrap();
-            while pair.step() {}
+            while pair.step() > 0 {}
             pair.now += Duration::from_micros(20);
             pair.a.poll_timers(pair.now);
         })

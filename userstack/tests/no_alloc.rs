@@ -2,14 +2,14 @@
 //! and 20,000 request/response transactions after a warm-up, and a counting global allocator
 //! counts the allocations made meanwhile (the count is asserted, never a time).
 
-use core::time::Duration;
+#[path = "support/pair.rs"]
+mod pair;
+
+use pair::Pair;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
-use userstack::stack::{Event, SocketHandle, Stack, StackConfig};
+use userstack::stack::{Event, SocketHandle};
 use userstack::tcp::Config;
-use userstack::time::Instant;
-use userstack::wire::EthernetAddress;
 
 /// Allocations made through the global allocator (reallocations included).
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
@@ -39,90 +39,35 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
-const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
-const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
-const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
-
-/// Two stacks joined by a lossless in-memory link, as in benches/stack.rs.
-struct Pair {
-    a: Stack,
-    b: Stack,
-    now: Instant,
-    ab: Vec<Vec<u8>>,
-    ba: Vec<Vec<u8>>,
+/// The shared pair, with the readiness events polled after every round as the runner polls
+/// them, and the frames moved counted.
+struct Polled {
+    pair: Pair,
     events: Vec<Event>,
     frames: u64,
 }
 
-impl Pair {
-    fn new() -> Pair {
-        let tcp = Config {
+impl Polled {
+    fn new() -> Polled {
+        let mut pair = Pair::new(Config {
             recv_buffer: 1 << 20,
             send_buffer: 1 << 20,
             ..Config::default()
-        };
-        let mut ca = StackConfig::new(MAC_A, IP_A, 24);
-        ca.tcp = tcp;
-        let mut cb = StackConfig::new(MAC_B, IP_B, 24);
-        cb.tcp = tcp;
-        cb.secret = 2;
-        let mut a = Stack::new(ca, Instant::ZERO);
-        let mut b = Stack::new(cb, Instant::ZERO);
-        a.add_neighbor(IP_B, MAC_B);
-        b.add_neighbor(IP_A, MAC_A);
-        Pair {
-            a,
-            b,
-            now: Instant::ZERO,
-            ab: Vec::with_capacity(4096),
-            ba: Vec::with_capacity(4096),
+        });
+        pair.b.listen(80, 16).expect("listen");
+        pair.b.listen(81, 16).expect("listen");
+        Polled {
+            pair,
             events: Vec::with_capacity(64),
             frames: 0,
         }
     }
 
-    /// One round on the link, with the readiness events polled as the runner polls them;
-    /// buffers a frame used go back to its sender's pool.
     fn step(&mut self) {
-        self.now += Duration::from_micros(5);
-        self.a.poll_timers(self.now);
-        self.b.poll_timers(self.now);
-        self.a.egress(self.now, &mut self.ab);
-        self.b.egress(self.now, &mut self.ba);
-        let (to_b, to_a) = (self.ab.len(), self.ba.len());
-        self.frames += (to_b + to_a) as u64;
-        self.b.ingress(self.now, &mut self.ab);
-        self.a.ingress(self.now, &mut self.ba);
-        for stack in [&mut self.a, &mut self.b] {
+        self.frames += self.pair.step() as u64;
+        for stack in [&mut self.pair.a, &mut self.pair.b] {
             self.events.clear();
             stack.poll_events(&mut self.events);
-        }
-        let (from, to) = if to_b >= to_a {
-            (&mut self.b, &mut self.a)
-        } else {
-            (&mut self.a, &mut self.b)
-        };
-        for _ in 0..to_b.abs_diff(to_a) {
-            match from.buffer_pool().take_spare() {
-                Some(buf) => to.buffer_pool().put(buf),
-                None => break,
-            }
-        }
-    }
-
-    fn connect(&mut self, port: u16) -> (SocketHandle, SocketHandle) {
-        self.b.listen(port, 16).expect("listen");
-        let client = self
-            .a
-            .connect(SocketAddrV4::new(IP_B, port))
-            .expect("connect");
-        loop {
-            self.step();
-            if let Some(server) = self.b.accept(port) {
-                self.step();
-                return (client, server);
-            }
         }
     }
 
@@ -138,10 +83,10 @@ impl Pair {
         while got < bytes {
             if sent < bytes {
                 let n = (bytes - sent).min(data.len());
-                sent += self.a.send(client, &data[..n]).unwrap();
+                sent += self.pair.a.send(client, &data[..n]).unwrap();
             }
             self.step();
-            while let Ok(n) = self.b.recv(server, sink) {
+            while let Ok(n) = self.pair.b.recv(server, sink) {
                 if n == 0 {
                     break;
                 }
@@ -159,17 +104,17 @@ impl Pair {
     ) {
         let message = [7u8; 64];
         for _ in 0..count {
-            self.a.send(client, &message).unwrap();
+            self.pair.a.send(client, &message).unwrap();
             let mut got = 0;
             while got < 64 {
                 self.step();
-                got += self.b.recv(server, sink).unwrap();
+                got += self.pair.b.recv(server, sink).unwrap();
             }
-            self.b.send(server, &message).unwrap();
+            self.pair.b.send(server, &message).unwrap();
             let mut back = 0;
             while back < 64 {
                 self.step();
-                back += self.a.recv(client, sink).unwrap();
+                back += self.pair.a.recv(client, sink).unwrap();
             }
         }
     }
@@ -177,11 +122,11 @@ impl Pair {
 
 #[test]
 fn steady_bulk_and_request_response_allocate_nothing_per_packet() {
-    let mut pair = Pair::new();
+    let mut pair = Polled::new();
     let data = vec![0x42u8; 256 * 1024];
     let mut sink = vec![0u8; 256 * 1024];
-    let bulk = pair.connect(80);
-    let rr = pair.connect(81);
+    let bulk = pair.pair.connect(80);
+    let rr = pair.pair.connect(81);
     // Warm-up: buffers grow to their working size, the pools fill, the tables settle.
     pair.bulk(bulk, 16 << 20, &data, &mut sink);
     pair.request_response(rr, 2_000, &mut sink);

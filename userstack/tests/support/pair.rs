@@ -1,0 +1,96 @@
+//! Two stacks joined by a lossless in-memory link on one thread, shared by the benchmarks
+//! (benches/stack.rs) and the allocation test (tests/no_alloc.rs).
+
+use core::time::Duration;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use userstack::stack::{SocketHandle, Stack, StackConfig};
+use userstack::tcp::Config;
+use userstack::time::Instant;
+use userstack::wire::EthernetAddress;
+
+const MAC_A: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 1]);
+const MAC_B: EthernetAddress = EthernetAddress([2, 0, 0, 0, 0, 2]);
+const IP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// Stack b's address, which a connects to.
+pub const IP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+
+/// Two stacks and the frames in flight between them.
+pub struct Pair {
+    /// The client side.
+    pub a: Stack,
+    /// The server side.
+    pub b: Stack,
+    /// The link's clock, advanced 5 µs a round.
+    pub now: Instant,
+    ab: Vec<Vec<u8>>,
+    ba: Vec<Vec<u8>>,
+}
+
+impl Pair {
+    /// Both stacks with `tcp`, checksums computed in software.
+    pub fn new(tcp: Config) -> Pair {
+        Pair::with_offload(tcp, false)
+    }
+
+    /// `offload`: both stacks leave TCP checksums to the (here imaginary) NIC.
+    pub fn with_offload(tcp: Config, offload: bool) -> Pair {
+        let mut ca = StackConfig::new(MAC_A, IP_A, 24);
+        ca.tcp = tcp;
+        ca.rx_checksum_offload = offload;
+        ca.tx_checksum_offload = offload;
+        let mut cb = StackConfig::new(MAC_B, IP_B, 24);
+        cb.tcp = tcp;
+        cb.secret = 2;
+        cb.rx_checksum_offload = offload;
+        cb.tx_checksum_offload = offload;
+        let mut a = Stack::new(ca, Instant::ZERO);
+        let mut b = Stack::new(cb, Instant::ZERO);
+        a.add_neighbor(IP_B, MAC_B);
+        b.add_neighbor(IP_A, MAC_A);
+        Pair {
+            a,
+            b,
+            now: Instant::ZERO,
+            ab: Vec::with_capacity(4096),
+            ba: Vec::with_capacity(4096),
+        }
+    }
+
+    /// One round on the link: both sides transmit, both receive, buffers flow back. Returns
+    /// the frames moved.
+    pub fn step(&mut self) -> usize {
+        self.now += Duration::from_micros(5);
+        self.a.poll_timers(self.now);
+        self.b.poll_timers(self.now);
+        self.a.egress(self.now, &mut self.ab);
+        self.b.egress(self.now, &mut self.ba);
+        let (to_b, to_a) = (self.ab.len(), self.ba.len());
+        self.b.ingress(self.now, &mut self.ab);
+        self.a.ingress(self.now, &mut self.ba);
+        // Transmit completion: the buffers a frame used go back to its sender's pool.
+        let (from, to) = if to_b >= to_a {
+            (&mut self.b, &mut self.a)
+        } else {
+            (&mut self.a, &mut self.b)
+        };
+        for _ in 0..to_b.abs_diff(to_a) {
+            match from.buffer_pool().take_spare() {
+                Some(buf) => to.buffer_pool().put(buf),
+                None => break,
+            }
+        }
+        to_b + to_a
+    }
+
+    /// Connects a to b's listener on `port`; the client's and the server's handles.
+    pub fn connect(&mut self, port: u16) -> (SocketHandle, SocketHandle) {
+        let client = self.a.connect(SocketAddrV4::new(IP_B, port)).expect("port");
+        loop {
+            self.step();
+            if let Some(server) = self.b.accept(port) {
+                self.step();
+                return (client, server);
+            }
+        }
+    }
+}
