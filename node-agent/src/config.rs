@@ -38,6 +38,11 @@ pub struct Config {
     )]
     #[cfg_attr(not(feature = "test-hooks"), arg(skip))]
     pub step_delay: Duration,
+    /// Append every host write and journal save to this file, one JSON line each
+    /// (hoststack_agent::hooks), for the lab's fault harness. A test hook like `--step-delay`.
+    #[cfg_attr(feature = "test-hooks", arg(long))]
+    #[cfg_attr(not(feature = "test-hooks"), arg(skip))]
+    pub write_log: Option<PathBuf>,
     /// Address of the /metrics endpoint (port 0 picks a free port, logged at start).
     #[arg(long, default_value_t = std::net::SocketAddr::from(([0, 0, 0, 0], hoststack_crds::AGENT_METRICS_PORT)))]
     pub metrics_bind_address: std::net::SocketAddr,
@@ -59,6 +64,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// The test hooks these flags ask for (none, in a build without the `test-hooks` feature).
+    pub fn hooks(&self) -> crate::hooks::Hooks {
+        crate::hooks::Hooks {
+            step_delay: self.step_delay,
+            write_log: self.write_log.clone(),
+        }
+    }
+
     /// The runner binary: `--userstack-binary`, else the one next to this executable.
     pub fn userstack_binary(&self) -> PathBuf {
         self.userstack_binary
@@ -94,20 +107,24 @@ mod tests {
         assert_eq!(c.resync_interval, Duration::from_secs(5));
         assert_eq!(c.bpffs_root, PathBuf::from("/tmp/bpffs/node-a"));
         assert_eq!(c.step_delay, Duration::ZERO);
+        assert_eq!(c.write_log, None);
     }
 
     /// Any other build refuses the flag: tests/test_hooks.rs, on the binary.
     #[cfg(feature = "test-hooks")]
     #[test]
-    fn a_test_hooks_build_takes_a_step_delay() {
+    fn a_test_hooks_build_takes_a_step_delay_and_a_write_log() {
         let c = Config::try_parse_from([
             "hoststack-agent",
             "--node-name",
             "n",
             "--step-delay",
             "300ms",
+            "--write-log",
+            "/tmp/writes.jsonl",
         ])
         .expect("flags parse");
         assert_eq!(c.step_delay, Duration::from_millis(300));
+        assert_eq!(c.write_log, Some(PathBuf::from("/tmp/writes.jsonl")));
     }
 }

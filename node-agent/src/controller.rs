@@ -60,7 +60,7 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
 pub async fn run(config: Config) -> Result<()> {
     let host = Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
     let transactor = Transactor::new(host.clone(), JournalStore::new(&config.state_dir));
-    let mut reconciler = Reconciler::new(transactor, config.step_delay);
+    let mut reconciler = Reconciler::new(transactor, config.hooks());
     let dataplane = Supervisor::new(
         &config.userstack_binary(),
         &config.state_dir,
@@ -517,7 +517,7 @@ mod tests {
             Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
         let reconciler = Reconciler::new(
             Transactor::new(host.clone(), JournalStore::new(&config.state_dir)),
-            Duration::ZERO,
+            crate::hooks::Hooks::default(),
         );
         let dataplane = Supervisor::new(
             &config.userstack_binary(),

@@ -29,7 +29,8 @@
 //!    [`transaction`], the pure [`transaction::plan`] and the [`transaction::Transactor`] that
 //!    carries a plan out; [`drift`], settings that changed behind the agent's back.
 //! 6. The reconciler, [`reconciler`]: for one [`intent::Intent`] (what the NodeTuning asks
-//!    for), whether to plan, apply, revert or re-report, with [`failures`], the memory of
+//!    for), whether to plan, apply, revert or re-report, with [`hooks`], the lab build's
+//!    observers of its transactions, and [`failures`], the memory of
 //!    failed revisions per spec generation; [`report`] turns outcomes into a `NodeTuningStatus`, [`preview`] answers
 //!    `kubectl hoststack plan`.
 //! 7. The dataplane supervisor, [`dataplane`]: the user-space stack's runner process.
@@ -56,6 +57,7 @@ pub mod facts;
 pub mod failures;
 pub mod health;
 pub mod heartbeat;
+pub mod hooks;
 pub mod host;
 pub mod intent;
 pub mod journal;

@@ -13,8 +13,6 @@
 //! `Report` changes nothing and reports the host as it is until it matches again or the spec
 //! changes.
 
-use std::time::Duration;
-
 use std::net::IpAddr;
 
 use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeState};
@@ -23,9 +21,10 @@ use crate::appliers::{dpdk, irq};
 use crate::drift::{self, Drift};
 use crate::expand::{expand, Discovery, Expansion};
 use crate::failures::{Failures, SpecGeneration};
+use crate::hooks::Hooks;
 use crate::intent::Intent;
 use crate::model::{Kind, Reading};
-use crate::transaction::{Goal, Outcome, Prepared, Readings, Transactor};
+use crate::transaction::{Goal, Outcome, Prepared, Progress, Readings, Transactor};
 use crate::Result;
 
 /// What to do next for an intent.
@@ -44,7 +43,7 @@ pub enum Next {
 #[derive(Debug)]
 pub struct Reconciler {
     transactor: Transactor,
-    step_delay: Duration,
+    hooks: Hooks,
     /// The last outcome and what it was for.
     last: Option<(Intent, Outcome)>,
     /// Revisions whose transaction failed; each is not retried until assigned again.
@@ -56,11 +55,11 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    /// A reconciler that pauses `step_delay` after every host write.
-    pub fn new(transactor: Transactor, step_delay: Duration) -> Self {
+    /// A reconciler whose transactions `hooks` observe ([`Hooks::default`]: none).
+    pub fn new(transactor: Transactor, hooks: Hooks) -> Self {
         Reconciler {
             transactor,
-            step_delay,
+            hooks,
             last: None,
             failed: Failures::default(),
             api_server: None,
@@ -125,19 +124,19 @@ impl Reconciler {
 
     /// Undoes a transaction the journal says was interrupted; whether there was one.
     pub fn recover(&self) -> Result<bool> {
-        self.transactor.recover(&mut self.pause())
+        self.transactor.recover(&mut self.observer())
     }
 
     /// Decides what `intent`, asked for by `spec`, needs: a report (reading the host, changing
     /// nothing but an interrupted transaction), or a transaction.
     pub fn next(&mut self, intent: &Intent, spec: &SpecGeneration) -> Result<Next> {
         self.failed.observe(intent, spec);
-        let mut pause = self.pause();
-        self.transactor.recover(&mut pause)?;
+        let mut observe = self.observer();
+        self.transactor.recover(&mut observe)?;
         let expansion = self.expand(intent)?;
         let blockers = blocking_items(intent, &expansion);
         let goal = expansion.goal;
-        let prepared = self.transactor.prepare(&goal, &mut pause)?;
+        let prepared = self.transactor.prepare(&goal, &mut observe)?;
         self.drifted = match intent {
             Intent::Revision {
                 mode: Mode::Apply, ..
@@ -208,7 +207,7 @@ impl Reconciler {
         let expansion = self.expand(intent)?;
         let blockers = blocking_items(intent, &expansion);
         let goal = expansion.goal;
-        let prepared = self.transactor.prepare(&goal, &mut self.pause())?;
+        let prepared = self.transactor.prepare(&goal, &mut self.observer())?;
         let mut outcome = planned(&prepared, &goal, blockers);
         self.annotate(&mut outcome);
         Ok(outcome)
@@ -218,14 +217,14 @@ impl Reconciler {
     /// remembered and not retried until assigned again; an error of the agent itself (journal
     /// I/O) is retried on the next reconcile.
     pub fn transact(&mut self, intent: &Intent, spec: &SpecGeneration) -> Outcome {
-        let mut pause = self.pause();
+        let mut observe = self.observer();
         let result = self.expand(intent).and_then(|expansion| {
             let blockers = blocking_items(intent, &expansion);
             let goal = expansion.goal;
             if blockers.is_empty() {
-                self.transactor.execute(&goal, &mut pause)
+                self.transactor.execute(&goal, &mut observe)
             } else {
-                let prepared = self.transactor.prepare(&goal, &mut pause)?;
+                let prepared = self.transactor.prepare(&goal, &mut observe)?;
                 Ok(not_supported(prepared.preview(&goal), blockers))
             }
         });
@@ -279,14 +278,10 @@ impl Reconciler {
         Some(outcome)
     }
 
-    /// The pause after each host write.
-    fn pause(&self) -> impl FnMut() {
-        let delay = self.step_delay;
-        move || {
-            if !delay.is_zero() {
-                std::thread::sleep(delay);
-            }
-        }
+    /// The observer of a transaction: the hooks.
+    fn observer(&self) -> impl FnMut(Progress<'_>) {
+        let hooks = self.hooks.clone();
+        move |progress| hooks.observe(progress)
     }
 }
 
@@ -418,7 +413,7 @@ mod tests {
                 crate::host::Host::new(dir.path(), dir.path()),
                 crate::journal::JournalStore::new(dir.path()),
             ),
-            Duration::ZERO,
+            Hooks::default(),
         );
         let expanded = r.expand(&intent).expect("expand");
         assert!(blocking_items(&intent, &expanded).is_empty());
@@ -447,7 +442,7 @@ mod tests {
                 crate::host::Host::new(proc_root.path(), proc_root.path()),
                 crate::journal::JournalStore::new(state.path()),
             ),
-            Duration::ZERO,
+            Hooks::default(),
         );
         let mut c = config();
         c.sysctls.insert(
@@ -496,7 +491,7 @@ mod tests {
                 crate::host::Host::new(dir.path(), dir.path()),
                 crate::journal::JournalStore::new(dir.path()),
             ),
-            Duration::ZERO,
+            Hooks::default(),
         );
         let mut c = config();
         c.userspace_stack = Some(UserspaceStack::default());
@@ -537,7 +532,7 @@ mod tests {
                 crate::host::Host::new(proc_root.path(), proc_root.path()),
                 crate::journal::JournalStore::new(state.path()),
             ),
-            Duration::ZERO,
+            Hooks::default(),
         );
         // A sysctl this kernel does not have fails the revision.
         let mut c = config();

@@ -22,6 +22,25 @@ pub type TargetValues = BTreeMap<Setting, String>;
 /// What reading each setting from the host gave.
 pub type Readings = BTreeMap<Setting, Reading>;
 
+/// What a transaction has just done, told to the observer its caller passes in: the lab's test
+/// hooks pause on each write and log both (`--step-delay`, `--write-log`); a user's build ignores
+/// it.
+#[derive(Clone, Copy, Debug)]
+pub enum Progress<'a> {
+    /// A write of `value` to `setting` was attempted (whether the kernel took it or not).
+    Wrote {
+        /// The setting written.
+        setting: &'a Setting,
+        /// The value written.
+        value: &'a str,
+        /// The revision the write is for; `None` when it restores an original or a `before`
+        /// value (a revert, an undo, a recovery).
+        target: Option<&'a Applied>,
+    },
+    /// The journal was saved as this.
+    Saved(&'a Journal),
+}
+
 /// Where a transaction goes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Goal {
@@ -250,8 +269,8 @@ impl Transactor {
 
     /// Finishes an interrupted transaction by undoing it: restores its `before` values in
     /// reverse, drops the originals it added and clears it. Returns whether there was one.
-    /// `after_write` runs after every host write.
-    pub fn recover(&self, after_write: &mut dyn FnMut()) -> Result<bool> {
+    /// `observe` is told every host write and journal save.
+    pub fn recover(&self, observe: &mut dyn FnMut(Progress<'_>)) -> Result<bool> {
         let mut journal = self.store.load()?;
         let Some(tx) = journal.transaction.clone() else {
             return Ok(false);
@@ -260,15 +279,15 @@ impl Transactor {
             writes = tx.before.len(),
             "undoing a transaction interrupted before it finished"
         );
-        self.restore(&tx.before, after_write)?;
+        self.restore(&tx.before, observe)?;
         undo_in_journal(&mut journal, &tx);
-        self.store.save(&journal)?;
+        self.save(&journal, observe)?;
         Ok(true)
     }
 
     /// Recovers any interrupted transaction, reads the host and plans the way to `goal`.
-    pub fn prepare(&self, goal: &Goal, after_write: &mut dyn FnMut()) -> Result<Prepared> {
-        self.recover(after_write)?;
+    pub fn prepare(&self, goal: &Goal, observe: &mut dyn FnMut(Progress<'_>)) -> Result<Prepared> {
+        self.recover(observe)?;
         let journal = self.store.load()?;
         let readings = settings_to_read(&goal.values, &journal.originals)
             .into_iter()
@@ -289,8 +308,8 @@ impl Transactor {
     ///
     /// `Err` means the journal could not be read or written, or an undo failed; item failures
     /// are an `Ok` outcome with state Failed.
-    pub fn execute(&self, goal: &Goal, after_write: &mut dyn FnMut()) -> Result<Outcome> {
-        let prepared = self.prepare(goal, after_write)?;
+    pub fn execute(&self, goal: &Goal, observe: &mut dyn FnMut(Progress<'_>)) -> Result<Outcome> {
+        let prepared = self.prepare(goal, observe)?;
         if prepared.is_settled(goal) {
             return Ok(prepared.settled(goal));
         }
@@ -325,12 +344,16 @@ impl Transactor {
         };
         journal.originals.extend(plan.added.iter().cloned());
         journal.transaction = Some(tx.clone());
-        self.store.save(&journal)?;
+        self.save(&journal, observe)?;
 
         let mut actual: BTreeMap<Setting, String> = BTreeMap::new();
         for (i, write) in plan.writes.iter().enumerate() {
             let written = appliers::write(&self.host, &write.setting, &write.value);
-            after_write();
+            observe(Progress::Wrote {
+                setting: &write.setting,
+                value: &write.value,
+                target: goal.target.as_ref(),
+            });
             let result = written
                 .map_err(|e| format!("the kernel refused {:?}: {e}", write.value))
                 .and_then(|()| self.verify(&write.setting, &write.value));
@@ -344,7 +367,7 @@ impl Transactor {
                         failed: i,
                         reason,
                     };
-                    return self.undo(journal, items, &tx, failure, after_write);
+                    return self.undo(journal, items, &tx, failure, observe);
                 }
             }
         }
@@ -354,7 +377,7 @@ impl Transactor {
         }
         journal.applied = goal.target.clone();
         journal.transaction = None;
-        self.store.save(&journal)?;
+        self.save(&journal, observe)?;
 
         for item in &mut items {
             let read_back = actual.get(&item.setting).map(String::as_str);
@@ -379,7 +402,7 @@ impl Transactor {
         mut items: Vec<Item>,
         tx: &InFlight,
         failure: Failure,
-        after_write: &mut dyn FnMut(),
+        observe: &mut dyn FnMut(Progress<'_>),
     ) -> Result<Outcome> {
         let Failure {
             writes,
@@ -398,10 +421,10 @@ impl Transactor {
                 Some(format!("restored because {} failed", write.setting)),
             );
         }
-        match self.restore(&tx.before[..=failed], after_write) {
+        match self.restore(&tx.before[..=failed], observe) {
             Ok(()) => {
                 undo_in_journal(&mut journal, tx);
-                self.store.save(&journal)?;
+                self.save(&journal, observe)?;
             }
             Err(e) => {
                 // The transaction stays in the journal; the next reconcile retries the undo.
@@ -416,6 +439,13 @@ impl Transactor {
         })
     }
 
+    /// Saves `journal` and tells `observe`.
+    fn save(&self, journal: &Journal, observe: &mut dyn FnMut(Progress<'_>)) -> Result<()> {
+        self.store.save(journal)?;
+        observe(Progress::Saved(journal));
+        Ok(())
+    }
+
     /// Reads a setting back after writing `value`; the value read when it matches.
     fn verify(&self, setting: &Setting, value: &str) -> Result<String, String> {
         match appliers::read(&self.host, setting) {
@@ -427,7 +457,7 @@ impl Transactor {
 
     /// Writes `entries` back in reverse order, skipping settings that already have exactly their
     /// value or no longer exist. Every entry is attempted; the first failure is returned.
-    fn restore(&self, entries: &[Entry], after_write: &mut dyn FnMut()) -> Result<()> {
+    fn restore(&self, entries: &[Entry], observe: &mut dyn FnMut(Progress<'_>)) -> Result<()> {
         let mut first_error = None;
         for entry in entries.iter().rev() {
             let setting = entry.setting();
@@ -437,7 +467,11 @@ impl Transactor {
                 Reading::Value(_) | Reading::Unreadable(_) => {}
             }
             let written = appliers::write(&self.host, &setting, &entry.value);
-            after_write();
+            observe(Progress::Wrote {
+                setting: &setting,
+                value: &entry.value,
+                target: None,
+            });
             let result = written
                 .map_err(|e| e.to_string())
                 .and_then(|()| self.verify(&setting, &entry.value).map(drop));

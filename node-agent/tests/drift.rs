@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use hoststack_agent::failures::SpecGeneration;
+use hoststack_agent::hooks::Hooks;
 use hoststack_agent::host::Host;
 use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::{Entry, Journal, JournalStore};
@@ -81,7 +81,7 @@ impl FakeHost {
                 Host::new(self.proc_dir.path(), self.proc_dir.path()),
                 JournalStore::new(self.state_dir.path()),
             ),
-            Duration::ZERO,
+            Hooks::default(),
         )
     }
 }

@@ -194,7 +194,7 @@ fn state_of<'a>(outcome: &'a Outcome, target: &str) -> &'a ItemState {
 }
 
 fn run(tx: &Transactor, g: &Goal) -> Outcome {
-    tx.execute(g, &mut || {}).expect("transaction")
+    tx.execute(g, &mut |_| {}).expect("transaction")
 }
 
 #[test]
@@ -326,15 +326,15 @@ fn a_kill_at_each_kernel_call_ends_fully_applied_or_fully_reverted() {
             let journal_before = JournalStore::new(node.state.path()).load().unwrap();
             let dying = node.transactor_with(node.kernel(0, kill_at));
             let died = killed(|| {
-                let _ = dying.execute(&next, &mut || {});
+                let _ = dying.execute(&next, &mut |_| {});
             });
-            node.transactor().recover(&mut || {}).expect("recover");
+            node.transactor().recover(&mut |_| {}).expect("recover");
             let journal = JournalStore::new(node.state.path()).load().unwrap();
             assert!(journal.transaction.is_none());
             if journal == journal_before {
                 assert_eq!(node.snapshot(), before, "{name}, kill at {kill_at}: undone");
             } else {
-                let prepared = node.transactor().prepare(&next, &mut || {}).unwrap();
+                let prepared = node.transactor().prepare(&next, &mut |_| {}).unwrap();
                 assert!(
                     prepared.is_settled(&next),
                     "{name}, kill at {kill_at}: {:?}",

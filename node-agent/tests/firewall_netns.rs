@@ -222,7 +222,7 @@ fn in_fresh_namespace() {
     let host = Host::new(std::path::Path::new("/proc"), std::path::Path::new("/sys"));
     let state = tempfile::tempdir().expect("tempdir");
     let tx = Transactor::new(host.clone(), JournalStore::new(state.path()));
-    let run = |g: &Goal| -> Outcome { tx.execute(g, &mut || {}).expect("transaction") };
+    let run = |g: &Goal| -> Outcome { tx.execute(g, &mut |_| {}).expect("transaction") };
     let exporter = Exporter::new(std::path::Path::new("/proc"));
     assert!(
         !exporter.encode().contains("firewall"),

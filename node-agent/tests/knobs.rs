@@ -24,18 +24,18 @@ use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use hoststack_agent::appliers;
 use hoststack_agent::cpus::{cpus_to_mask, format_list, mask_cpus, parse_list};
 use hoststack_agent::failures::SpecGeneration;
+use hoststack_agent::hooks::Hooks;
 use hoststack_agent::host::files::write_existing;
 use hoststack_agent::host::{Files, Host, Mounts, Roots};
 use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::{Journal, JournalStore};
 use hoststack_agent::model::{Kind, Reading};
 use hoststack_agent::reconciler::{Next, Reconciler};
-use hoststack_agent::transaction::{Goal, Outcome, Transactor};
+use hoststack_agent::transaction::{Goal, Outcome, Progress, Transactor};
 use hoststack_crds::{
     DpdkBinding, HugepageReservation, HugepageSize, InterfaceMatch, InterfaceTuning, IrqAffinity,
     IrqPolicy, ItemResult, ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, Rps,
@@ -410,7 +410,7 @@ impl FakeNode {
     }
 
     fn reconciler(&self) -> Reconciler {
-        let mut r = Reconciler::new(self.transactor(), Duration::ZERO);
+        let mut r = Reconciler::new(self.transactor(), Hooks::default());
         r.set_api_server(Some("198.18.0.1".parse().expect("ip")));
         r
     }
@@ -897,9 +897,12 @@ fn interface_entries_that_match_nothing_fail_with_the_interfaces_there_are() {
 
 // --- Properties over random specs. ---
 
-fn kill_after(n: usize) -> impl FnMut() {
+fn kill_after(n: usize) -> impl FnMut(Progress<'_>) {
     let mut writes = 0;
-    move || {
+    move |progress| {
+        if !matches!(progress, Progress::Wrote { .. }) {
+            return;
+        }
         writes += 1;
         if writes == n {
             panic::panic_any(Killed);
@@ -966,7 +969,7 @@ fn a_kill_after_unmounting_one_of_two_mounts_puts_it_back_and_leaves_the_other_a
     }));
     assert!(!node.fs().join("mnt/huge1g").exists());
 
-    assert!(node.transactor().recover(&mut || {}).expect("recover"));
+    assert!(node.transactor().recover(&mut |_| {}).expect("recover"));
     // /mnt/huge1g went and came back; /mnt/huge2m was never touched.
     let huge1g = node.fs().join("mnt/huge1g");
     assert_eq!(node.take_mount_calls(), [huge1g.clone(), huge1g]);
@@ -1103,7 +1106,7 @@ proptest! {
                 let _ = transactor.execute(&goal, &mut kill_after(kill_at));
             });
             // The restarted agent recovers first.
-            node.transactor().recover(&mut || {}).expect("recover");
+            node.transactor().recover(&mut |_| {}).expect("recover");
             let touched = node.take_mount_calls();
             prop_assert!(touched.iter().all(|dir| !kept.contains(dir)), "{:?} {:?}", touched, kept);
             let journal = JournalStore::new(node.state.path()).load().expect("journal");
@@ -1112,7 +1115,7 @@ proptest! {
                 prop_assert_eq!(node.snapshot(), before);
             } else {
                 // It finished: the host is settled on the new goal.
-                let prepared = node.transactor().prepare(&goal, &mut || {}).expect("prepare");
+                let prepared = node.transactor().prepare(&goal, &mut |_| {}).expect("prepare");
                 prop_assert!(prepared.is_settled(&goal), "{:?}", prepared.plan);
             }
         }
@@ -1147,9 +1150,9 @@ proptest! {
                 JournalStore::new(node.state.path()),
             );
             killed(|| {
-                let _ = dying.execute(&goal, &mut || {});
+                let _ = dying.execute(&goal, &mut |_| {});
             });
-            node.transactor().recover(&mut || {}).expect("recover");
+            node.transactor().recover(&mut |_| {}).expect("recover");
             let touched = node.take_mount_calls();
             prop_assert!(touched.iter().all(|dir| !kept.contains(dir)), "{:?} {:?}", touched, kept);
             let journal = JournalStore::new(node.state.path()).load().expect("journal");
@@ -1157,7 +1160,7 @@ proptest! {
             if journal == journal_before {
                 prop_assert_eq!(node.snapshot(), before);
             } else {
-                let prepared = node.transactor().prepare(&goal, &mut || {}).expect("prepare");
+                let prepared = node.transactor().prepare(&goal, &mut |_| {}).expect("prepare");
                 prop_assert!(prepared.is_settled(&goal), "{:?}", prepared.plan);
             }
         }

@@ -17,9 +17,9 @@ use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use hoststack_agent::failures::SpecGeneration;
+use hoststack_agent::hooks::Hooks;
 use hoststack_agent::host::ethtool::{ChannelCounts, ChannelInfo, Features, RingInfo, RingSizes};
 use hoststack_agent::host::files::write_existing;
 use hoststack_agent::host::{Ethtool, Files, Host, Roots, Rtnetlink};
@@ -316,7 +316,7 @@ impl FakeNode {
     }
 
     fn reconciler(&self) -> Reconciler {
-        Reconciler::new(self.transactor_with(self.kernel(0)), Duration::ZERO)
+        Reconciler::new(self.transactor_with(self.kernel(0)), Hooks::default())
     }
 }
 
@@ -524,7 +524,7 @@ fn calls_of(from: Option<&NodeTuning>, to: &NodeTuning) -> usize {
     let goal = r.expand(&Intent::of(Some(to))).expect("expand").goal;
     let kernel = node.kernel(0);
     node.transactor_with(kernel.clone())
-        .execute(&goal, &mut || {})
+        .execute(&goal, &mut |_| {})
         .expect("transaction");
     kernel.calls.load(Ordering::SeqCst)
 }
@@ -554,13 +554,13 @@ fn a_kill_before_any_netlink_call_ends_fully_applied_or_fully_reverted() {
             let dying = node.transactor_with(node.kernel(kill_at));
             assert!(
                 killed(|| {
-                    let _ = dying.execute(&goal, &mut || {});
+                    let _ = dying.execute(&goal, &mut |_| {});
                 }),
                 "call {kill_at} of {calls} was made"
             );
             // The restarted agent recovers first.
             node.transactor_with(node.kernel(0))
-                .recover(&mut || {})
+                .recover(&mut |_| {})
                 .expect("recover");
             let journal = JournalStore::new(node.state.path())
                 .load()
@@ -571,7 +571,7 @@ fn a_kill_before_any_netlink_call_ends_fully_applied_or_fully_reverted() {
             } else {
                 let prepared = node
                     .transactor_with(node.kernel(0))
-                    .prepare(&goal, &mut || {})
+                    .prepare(&goal, &mut |_| {})
                     .expect("prepare");
                 assert!(
                     prepared.is_settled(&goal),

@@ -11,9 +11,9 @@ mod netns;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use hoststack_agent::failures::SpecGeneration;
+use hoststack_agent::hooks::Hooks;
 use hoststack_agent::host::Host;
 use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::JournalStore;
@@ -195,7 +195,7 @@ fn in_fresh_namespace() {
     let state = tempfile::tempdir().expect("tempdir");
     let mut r = Reconciler::new(
         Transactor::new(host, JournalStore::new(state.path())),
-        Duration::ZERO,
+        Hooks::default(),
     );
 
     // Apply MTU, offloads by alias, and rx/tx channel counts.

@@ -137,7 +137,7 @@ fn real_hugepages_irq_affinity_and_hugetlbfs_apply_and_revert() {
         );
     }
 
-    let outcome = transactor.execute(&goal, &mut || {}).expect("transaction");
+    let outcome = transactor.execute(&goal, &mut |_| {}).expect("transaction");
     if outcome.state == NodeState::Failed {
         // Memory may be too fragmented for 2 more pages: then the agent must say so, and
         // have restored everything.
@@ -169,7 +169,7 @@ fn real_hugepages_irq_affinity_and_hugetlbfs_apply_and_revert() {
     }
 
     let reverted = transactor
-        .execute(&Goal::revert(), &mut || {})
+        .execute(&Goal::revert(), &mut |_| {})
         .expect("revert");
     assert_eq!(reverted.state, NodeState::Reverted, "{reverted:#?}");
     assert_eq!(read(Path::new(NR_2M)), pages.to_string());

@@ -56,7 +56,7 @@ fn in_fresh_namespace() {
     let originals: Vec<String> = keys.iter().map(|k| read(&host, k)).collect();
     let state = tempfile::tempdir().expect("tempdir");
     let tx = Transactor::new(host.clone(), JournalStore::new(state.path()));
-    let run = |g: &Goal| -> Outcome { tx.execute(g, &mut || {}).expect("transaction") };
+    let run = |g: &Goal| -> Outcome { tx.execute(g, &mut |_| {}).expect("transaction") };
 
     let r1 = run(&goal(
         "r1",

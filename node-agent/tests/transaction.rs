@@ -10,15 +10,15 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::panic;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use hoststack_agent::failures::SpecGeneration;
+use hoststack_agent::hooks::Hooks;
 use hoststack_agent::host::Host;
 use hoststack_agent::intent::Intent;
 use hoststack_agent::journal::{Applied, Entry, Journal, JournalStore};
 use hoststack_agent::model::{same_value, Setting};
 use hoststack_agent::reconciler::{Next, Reconciler};
-use hoststack_agent::transaction::{Goal, Outcome, Transactor};
+use hoststack_agent::transaction::{Goal, Outcome, Progress, Transactor};
 use hoststack_crds::{
     ItemState, Mode, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, SysctlValue, UserspaceStack,
 };
@@ -116,8 +116,8 @@ fn goal(revision: &str, sysctls: &[(&str, &str)]) -> Goal {
     }
 }
 
-fn no_pause() -> impl FnMut() {
-    || {}
+fn no_pause() -> impl FnMut(Progress<'_>) {
+    |_| {}
 }
 
 fn run(host: &FakeHost, goal: &Goal) -> Outcome {
@@ -135,9 +135,12 @@ fn item<'a>(outcome: &'a Outcome, key: &str) -> &'a hoststack_crds::ItemResult {
 }
 
 /// A pause that "kills" the agent right after its `n`th host write (1-based).
-fn kill_after(n: usize) -> impl FnMut() {
+fn kill_after(n: usize) -> impl FnMut(Progress<'_>) {
     let mut writes = 0;
-    move || {
+    move |progress| {
+        if !matches!(progress, Progress::Wrote { .. }) {
+            return;
+        }
         writes += 1;
         if writes == n {
             panic::panic_any(Killed);
@@ -432,7 +435,10 @@ fn an_undo_that_fails_stays_in_the_journal_and_is_retried() {
     );
     // After the first write, somaxconn starts refusing writes too, so its restore fails.
     let mut writes = 0;
-    let mut break_somaxconn = || {
+    let mut break_somaxconn = |progress: Progress<'_>| {
+        if !matches!(progress, Progress::Wrote { .. }) {
+            return;
+        }
         writes += 1;
         if writes == 1 {
             fs::remove_file(host.path("net.core.somaxconn")).expect("rm");
@@ -536,7 +542,7 @@ fn reconcile(r: &mut Reconciler, desired: &Intent) -> (bool, Outcome) {
 fn the_reconciler_applies_settles_and_reverts() {
     let host = FakeHost::new(BASE);
     let before = host.snapshot();
-    let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
+    let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
     let desired = Intent::of(Some(&nt));
     let (ran, applied) = reconcile(&mut r, &desired);
@@ -568,7 +574,7 @@ fn the_reconciler_applies_settles_and_reverts() {
     assert!(!ran);
     assert_eq!(still, reverted);
     // A fresh agent with an empty journal reports Reverted too.
-    let mut fresh = Reconciler::new(host.transactor(), Duration::ZERO);
+    let mut fresh = Reconciler::new(host.transactor(), Hooks::default());
     let (ran, fresh_outcome) = reconcile(&mut fresh, &desired);
     assert!(!ran);
     assert_eq!(fresh_outcome.state, NodeState::Reverted);
@@ -577,7 +583,7 @@ fn the_reconciler_applies_settles_and_reverts() {
 #[test]
 fn a_failed_revision_is_not_retried_until_the_spec_changes() {
     let host = FakeHost::new(BASE);
-    let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
+    let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let nt = node_tuning(
         "r1",
         &[("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_later", "1")],
@@ -593,7 +599,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
     assert_eq!(still, failed);
     assert_eq!(host.get("net.ipv4.tcp_sack"), "1");
     // ...while a restarted agent retries once,
-    let mut restarted = Reconciler::new(host.transactor(), Duration::ZERO);
+    let mut restarted = Reconciler::new(host.transactor(), Hooks::default());
     let (ran, retried) = reconcile(&mut restarted, &desired);
     assert!(ran);
     assert_eq!(retried.state, NodeState::Applied);
@@ -608,7 +614,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
 fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
     let host = FakeHost::new(BASE);
     let before = host.snapshot();
-    let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
+    let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let mut nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
     if let Some(config) = nt.spec.config.as_mut() {
         config.userspace_stack = Some(UserspaceStack::default());
@@ -653,7 +659,7 @@ fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
 #[test]
 fn plan_mode_never_writes() {
     let host = FakeHost::new(BASE);
-    let mut r = Reconciler::new(host.transactor(), Duration::ZERO);
+    let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let applied = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
     reconcile(&mut r, &Intent::of(Some(&applied)));
     let before = host.snapshot();

@@ -26,7 +26,7 @@ use hoststack_agent::host::bpf::{
 };
 use hoststack_agent::host::{Bpf, Host, Roots};
 use hoststack_agent::journal::{Applied, JournalStore};
-use hoststack_agent::transaction::{Goal, Outcome, Transactor};
+use hoststack_agent::transaction::{Goal, Outcome, Progress, Transactor};
 use hoststack_crds::{
     HostFacts, InterfaceFacts, InterfaceMatch, InterfaceTuning, ItemState, NodeConfig, NodeState,
     Xdp, XdpMode, XdpProgram,
@@ -363,7 +363,7 @@ fn full() -> Goal {
 }
 
 fn run(t: &Transactor, g: &Goal) -> Outcome {
-    t.execute(g, &mut || {}).expect("transaction")
+    t.execute(g, &mut |_| {}).expect("transaction")
 }
 
 fn actual<'a>(o: &'a Outcome, kind: &str, target: &str) -> &'a str {
@@ -604,7 +604,10 @@ fn every_kill_point(from: &Goal, to: &Goal) {
                 let t = node.transactor();
                 let mut writes = 0;
                 killed(|| {
-                    let _ = t.execute(to, &mut || {
+                    let _ = t.execute(to, &mut |progress| {
+                        if !matches!(progress, Progress::Wrote { .. }) {
+                            return;
+                        }
                         writes += 1;
                         if writes == point {
                             panic::panic_any(Killed);
@@ -614,7 +617,7 @@ fn every_kill_point(from: &Goal, to: &Goal) {
             } else {
                 let t = node.transactor_with(node.kernel(point));
                 killed(|| {
-                    let _ = t.execute(to, &mut || {});
+                    let _ = t.execute(to, &mut |_| {});
                 })
             };
             if !was_killed {
@@ -622,7 +625,7 @@ fn every_kill_point(from: &Goal, to: &Goal) {
             }
             kills += 1;
             let restarted = node.transactor();
-            restarted.recover(&mut || {}).expect("recover");
+            restarted.recover(&mut |_| {}).expect("recover");
             assert_eq!(
                 node.state().shape(),
                 start,

@@ -199,7 +199,7 @@ fn read(kind: Kind, iface: &str) -> String {
 }
 
 fn run(t: &Transactor, g: &Goal) -> Outcome {
-    t.execute(g, &mut || {}).expect("transaction")
+    t.execute(g, &mut |_| {}).expect("transaction")
 }
 
 /// The program attached to `iface` (id), as the kernel says.
@@ -253,7 +253,7 @@ fn apply_phase() {
 fn restart_phase() {
     let t = transactor();
     let g = goal("r1", BLOCKED);
-    let prepared = t.prepare(&g, &mut || {}).expect("prepare");
+    let prepared = t.prepare(&g, &mut |_| {}).expect("prepare");
     assert!(
         prepared.is_settled(&g),
         "a restarted agent would change something: {:?}",
