@@ -81,6 +81,9 @@ pub struct LabConfig {
     pub agent_args: Vec<String>,
     /// The image the operator puts into the agent DaemonSet (unused by process nodes).
     pub agent_image: String,
+    /// Process nodes' agents log every host write and journal save ([`crate::Lab::write_log`]),
+    /// for the fault harness.
+    pub record_writes: bool,
 }
 
 impl LabConfig {
@@ -100,6 +103,7 @@ impl LabConfig {
             operator_args: Vec::new(),
             agent_args: Vec::new(),
             agent_image: "ghcr.io/hoststack/hoststack:dev".to_string(),
+            record_writes: false,
         }
     }
 

@@ -167,7 +167,25 @@ impl Spawner {
             name: name.to_string(),
             child,
             log,
+            program: program.to_path_buf(),
+            args: args.to_vec(),
+            env: env.to_vec(),
         })
+    }
+
+    /// Starts `process` again, as it was started (program, arguments, environment, log), once
+    /// it has exited: a restart of etcd or the API server on the same data and ports.
+    pub fn respawn(&self, process: &Managed) -> Result<Managed> {
+        let Managed {
+            name,
+            program,
+            args,
+            env,
+            log,
+            ..
+        } = process;
+        self.spawn_logged(name, program, args, env, log.clone())
+            .map_err(|e| Error::io(format!("restarting {name} ({})", program.display()), e))
     }
 
     /// Ends the thread (once no process of the lab runs any more: its exit kills whatever it
@@ -193,6 +211,10 @@ pub(crate) struct Managed {
     child: Child,
     /// Its log file.
     pub log: PathBuf,
+    /// What it runs, with which arguments and environment ([`Spawner::respawn`]).
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Managed {

@@ -7,6 +7,10 @@
 //!   everything down.
 //! - `hoststack-lab up --process-nodes [--vm-nodes 1]`: the faster lab without kubelets (the
 //!   operator and agents as processes), with VM node vm-a labelled pool=vm.
+//! - `hoststack-lab faults [--schedules 200] [--first-seed 1] [--seed N]` runs the fault
+//!   campaign (hoststack_e2e::faults) on a lab of four process nodes: seeded schedules of real
+//!   faults while a rollout script runs, the invariants checked over each history; it prints a
+//!   line per schedule and the report, and exits 1 when any schedule found something wrong.
 //! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
 //!   devices, directories); `--all` also stops labs that are still running.
 
@@ -49,6 +53,19 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         interval: u64,
     },
+    /// Run the fault campaign: seeded schedules of faults while rollouts run, the invariants
+    /// checked over each schedule's history.
+    Faults {
+        /// How many schedules (seeds first-seed, first-seed+1, ...).
+        #[arg(long, default_value_t = 200)]
+        schedules: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 1)]
+        first_seed: u64,
+        /// Replay this one seed instead (e.g. one a failed run printed).
+        #[arg(long, conflicts_with_all = ["schedules", "first_seed"])]
+        seed: Option<u64>,
+    },
     /// Remove leftovers of labs whose owner died.
     Down {
         /// Also stop and remove labs that are still running.
@@ -73,6 +90,14 @@ fn main() -> ExitCode {
             examples,
             Duration::from_secs(interval.max(1)),
         ),
+        Cmd::Faults {
+            schedules,
+            first_seed,
+            seed,
+        } => match seed {
+            Some(seed) => faults(seed..seed + 1),
+            None => faults(first_seed..first_seed.saturating_add(schedules)),
+        },
         Cmd::Down { all } => down(all),
     };
     match result {
@@ -270,6 +295,25 @@ fn show(lab: &Lab) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Runs the fault campaign for `seeds` on a fresh lab and prints its report.
+fn faults(seeds: std::ops::Range<u64>) -> Result<(), String> {
+    use hoststack_e2e::faults::campaign::{self, KINDS, SCRIPT};
+    use hoststack_e2e::faults::schedule::Schedule;
+    let lab = Lab::start(campaign::lab_config()).map_err(|e| e.to_string())?;
+    let schedules: Vec<Schedule> = seeds
+        .map(|seed| Schedule::from_seed(seed, SCRIPT, &KINDS))
+        .collect();
+    let report = campaign::run(&lab, &schedules);
+    println!("{report}");
+    lab.stop().map_err(|e| e.to_string())?;
+    let failed = report.failed().len();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} schedules found something wrong"))
+    }
 }
 
 fn down(all: bool) -> Result<(), String> {

@@ -1,12 +1,18 @@
-//! The fault harness's pure core (issue 18): what a fault campaign records and what it checks.
+//! The fault harness (issue 18): seeded faults injected into a real lab while rollouts run, and
+//! the invariants checked over each run's whole history, not only its end state.
 //!
-//! A campaign runs rollouts over the lab's nodes while it injects faults at points a seeded
-//! [`schedule::Schedule`] chooses, records every assignment the operator makes, every host
-//! write and status report of every agent, every journal original and the hosts at quiescent
-//! points as one [`history::History`], and then checks the invariants of
-//! [`invariants::check`] over the whole history, not only the end state. A failing seed is
-//! printed, replayed by passing the same seed, and committed as a regression case.
+//! A campaign ([`campaign`]) runs a rollout script over the lab's nodes while it injects the
+//! faults a seeded [`schedule::Schedule`] chooses ([`inject`]: real kills, restarts, cut-offs).
+//! It reads every assignment the operator made, every host write, report and journal original
+//! of every agent, and the hosts at quiet points as one [`history::History`] ([`record`]: from
+//! the API server's audit log and the agents' write logs, never from what the campaign believes
+//! it did), and checks the invariants of [`invariants::check`] over it. A failing seed is
+//! printed, replayed by passing the same seed (`hoststack-lab faults --seed N`), and committed
+//! as a regression case (e2e/tests/faults.rs).
 
+pub mod campaign;
 pub mod history;
+pub mod inject;
 pub mod invariants;
+pub mod record;
 pub mod schedule;

@@ -53,6 +53,7 @@ impl Lab {
             userstack: bins.userstack.clone(),
             operator_args: config.operator_args.clone(),
             agent_args: config.agent_args.clone(),
+            record_writes: config.record_writes,
             agent_image: config.agent_image.clone(),
             operator_metrics,
             loopback,
@@ -140,6 +141,11 @@ impl Lab {
         )?;
         self.kubeconfigs
             .write_admin(self.control_plane.api_url(), pki)?;
+        self.await_apiserver()
+    }
+
+    /// Waits until the API server answers /readyz.
+    pub(super) fn await_apiserver(&self) -> Result<()> {
         let kubectl = &self.kubectl;
         self.control_plane
             .await_ready("kube-apiserver /readyz", Duration::from_secs(90), || {

@@ -38,7 +38,7 @@ use crate::process::{ProcessState, Signal, Spawner};
 use crate::{vm, Error, Result};
 use binaries::Binaries;
 use control_plane::kubeconfigs::Kubeconfigs;
-use control_plane::ControlPlane;
+use control_plane::{ControlPlane, Member};
 use exec::InNode;
 use kubectl::Kubectl;
 use nodes::Nodes;
@@ -239,6 +239,13 @@ impl Lab {
             .unwrap_or_else(|| panic!("{node} is not a running VM node"))
     }
 
+    /// `node`'s agent's write log (`--write-log`, hoststack_agent::hooks), beside its state
+    /// directory: every host write and journal save, when [`LabConfig::record_writes`] asks
+    /// for it.
+    pub fn write_log(&self, node: &str) -> PathBuf {
+        nodes::write_log(self.nodes.get(node))
+    }
+
     /// The agent's `--state-dir` for `node` (its journal lives here).
     pub fn agent_state_dir(&self, node: &str) -> &Path {
         &self.nodes.get(node).state_dir
@@ -419,6 +426,23 @@ impl Lab {
     /// Stops the operator replica `pod_name` (SIGTERM, then SIGKILL after 5 s), if it runs.
     pub fn stop_operator_replica(&self, pod_name: &str) {
         self.workloads.stop_replica(pod_name)
+    }
+
+    /// Kills etcd (SIGKILL) and starts it again on the same data directory and ports; returns
+    /// once it accepts connections (the API server reconnects by itself).
+    pub fn restart_etcd(&self) {
+        self.control_plane
+            .restart(&self.spawner, Member::Etcd, Signal::Kill)
+            .unwrap_or_else(|e| panic!("restarting etcd: {e}"));
+    }
+
+    /// Restarts the API server (SIGTERM, as a control-plane upgrade does) with the same flags
+    /// and waits until it is ready.
+    pub fn restart_apiserver(&self) {
+        self.control_plane
+            .restart(&self.spawner, Member::ApiServer, Signal::Term)
+            .and_then(|()| self.await_apiserver())
+            .unwrap_or_else(|e| panic!("restarting the API server: {e}"));
     }
 
     /// Stops and starts the operator (same leader-election identity).

@@ -22,6 +22,12 @@ pub(crate) struct Node {
     pub state_dir: PathBuf,
 }
 
+/// `node`'s agent's write log, `<lab dir>/nodes/<node>/writes.jsonl`: beside the state
+/// directory, so that a fault which makes the state directory unwritable leaves it alone.
+pub fn write_log(node: &Node) -> PathBuf {
+    node.state_dir.with_file_name("writes.jsonl")
+}
+
 /// The nodes of one lab, in configuration order.
 pub(crate) struct Nodes {
     index: u8,

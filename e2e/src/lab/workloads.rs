@@ -38,6 +38,8 @@ pub(crate) struct Launch {
     pub operator_args: Vec<String>,
     /// Extra arguments of every agent.
     pub agent_args: Vec<String>,
+    /// Whether process nodes' agents keep a write log ([`super::nodes::write_log`]).
+    pub record_writes: bool,
     /// The image the operator puts into the agent DaemonSet.
     pub agent_image: String,
     /// Where the lab's operator serves /metrics (the same across restarts).
@@ -212,6 +214,10 @@ impl Workloads {
         ));
         let runner = self.launch.userstack.display().to_string();
         argv.extend(args(&["--userstack-binary", &runner]));
+        if self.launch.record_writes {
+            let log = super::nodes::write_log(node).display().to_string();
+            argv.extend(args(&["--write-log", &log]));
+        }
         argv.extend(args(extra));
         let agent = spawner.spawn(
             &format!("agent {name}"),

@@ -1,7 +1,9 @@
 //! The API server's audit log: every write request, who made it and what came of it, one JSON
 //! event per line in `logs/audit.log` (the `audit.k8s.io/v1` Event). Reads are not recorded.
 //! The operators' election Lease is recorded with its request and response bodies, so that a
-//! test can tell from the log who held the lease after each write; every other write at the
+//! test can tell from the log who held the lease after each write, and so are the writes of
+//! hoststack's own objects (NodeTunings, NetworkTunings and their status), from which the fault
+//! harness reads every assignment and report (crate::faults::record); every other write at the
 //! Metadata level (user, verb, object, response code, timestamps).
 //!
 //! A test reads it to prove what happened in the API rather than what a fixed wait suggests,
@@ -47,9 +49,14 @@ rules:
       - group: coordination.k8s.io
         resources: [leases]
         resourceNames: [{lease}]
+  - level: RequestResponse
+    resources:
+      - group: {group}
+        resources: [nodetunings, nodetunings/status, networktunings, networktunings/status]
   - level: Metadata
 ",
-        lease = hoststack_crds::OPERATOR_LEASE
+        lease = hoststack_crds::OPERATOR_LEASE,
+        group = hoststack_crds::GROUP,
     )
 }
 
@@ -79,10 +86,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_policy_records_writes_and_the_election_lease_in_full() {
+    fn the_policy_records_writes_and_the_election_lease_and_tunings_in_full() {
         let policy = policy_yaml();
         assert!(policy.contains("  - level: None\n    verbs: [get, list, watch]\n"));
         assert!(policy.contains("resourceNames: [hoststack-operator]"));
+        assert!(policy.contains("      - group: hoststack.dev\n        resources: [nodetunings, nodetunings/status, networktunings, networktunings/status]\n"));
         assert!(policy.ends_with("  - level: Metadata\n"));
     }
 

@@ -9,7 +9,7 @@ pub(crate) mod kubeconfigs;
 pub(crate) mod pki;
 
 use super::network::free_port;
-use crate::process::{self, args, tail, Managed, ProcessState, Spawner};
+use crate::process::{self, args, tail, Managed, ProcessState, Signal, Spawner};
 use crate::{Error, Result};
 use pki::Pki;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -20,6 +20,15 @@ use std::time::{Duration, Instant};
 /// How long etcd and the API server get between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// A member of the control plane, for a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Member {
+    /// etcd.
+    Etcd,
+    /// kube-apiserver.
+    ApiServer,
+}
+
 /// The lab's etcd and kube-apiserver.
 pub(crate) struct ControlPlane {
     lab_dir: PathBuf,
@@ -27,6 +36,8 @@ pub(crate) struct ControlPlane {
     processes: Mutex<Vec<Managed>>,
     /// etcd's client URL.
     etcd_url: String,
+    /// etcd's client address.
+    etcd_address: Option<SocketAddr>,
     /// The API server's URL, `https://198.18.k.1:<port>`.
     api_url: String,
     /// The API server's port.
@@ -40,6 +51,7 @@ impl ControlPlane {
             lab_dir: lab_dir.to_path_buf(),
             processes: Mutex::new(Vec::new()),
             etcd_url: String::new(),
+            etcd_address: None,
             api_url: String::new(),
             api_port: 0,
         }
@@ -67,13 +79,44 @@ impl ControlPlane {
         ]);
         let process = spawner.spawn("etcd", etcd, &etcd_args, &[])?;
         self.processes().push(process);
+        self.etcd_address = Some(SocketAddr::from((loopback, client)));
+        self.await_etcd()
+    }
+
+    /// Waits until etcd accepts connections.
+    fn await_etcd(&self) -> Result<()> {
+        let address = self.etcd_address.expect("etcd was started");
         self.await_ready("etcd", Duration::from_secs(30), || {
-            TcpStream::connect_timeout(
-                &SocketAddr::from((loopback, client)),
-                Duration::from_millis(200),
-            )
-            .is_ok()
+            TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok()
         })
+    }
+
+    /// Sends `signal` to `member`, waits until it has exited (SIGKILL after 30 s), and starts it
+    /// again as it was started: etcd on the same data directory and ports, the API server with
+    /// the same flags. Returns once etcd accepts connections again; the API server is not ready
+    /// yet when this returns.
+    pub fn restart(&self, spawner: &Spawner, member: Member, signal: Signal) -> Result<()> {
+        {
+            let mut processes = self.processes();
+            let index = match member {
+                Member::Etcd => 0,
+                Member::ApiServer => 1,
+            };
+            let process = processes
+                .get_mut(index)
+                .ok_or_else(|| Error::Setup(format!("{member:?} was never started")))?;
+            process
+                .signal(signal)
+                .map_err(|e| Error::io(format!("signalling {}", process.name), e))?;
+            if process.wait_timeout(Duration::from_secs(30)).is_none() {
+                process.kill().map_err(Error::Setup)?;
+            }
+            processes[index] = spawner.respawn(&processes[index])?;
+        }
+        match member {
+            Member::Etcd => self.await_etcd(),
+            Member::ApiServer => Ok(()),
+        }
     }
 
     /// Starts kube-apiserver on `bridge` (port 6443 if free there, else any free port), with

@@ -1,0 +1,317 @@
+//! The fault injectors: each [`FaultKind`] done to a running lab of process nodes, and healed
+//! again before [`inject`] returns (a panic heals too: the guards undo what they did on drop).
+//!
+//! - `OperatorKill`: SIGKILL of the operator, which dies holding its lease; started again at
+//!   once (the same identity takes the lease back).
+//! - `AgentKillInTransaction` / `AgentKillInRevert`: SIGKILL of the first agent seen in the
+//!   middle of a transaction to a revision (or of a revert), read from the agents' write logs:
+//!   a journal save with a transaction in flight, then the fault's offset into it. The agent is
+//!   started again at once and must finish the job from its journal. The report says whether the
+//!   journal on disk still held the transaction, i.e. whether the kill landed inside it.
+//! - `ApiserverRestart`: SIGTERM of kube-apiserver, started again with the same flags.
+//! - `EtcdRestart`: SIGKILL of etcd, started again on the same data directory and ports.
+//! - `AgentCutOff`: an nftables table in the node's namespace drops its packets to the API
+//!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted.
+//! - `StateDirUnwritable`: the agent's state directory made immutable (`chattr +i`, which binds
+//!   root too) for [`UNWRITABLE`]; the agent must write nothing to its host meanwhile, since it
+//!   cannot journal first.
+//!
+//! `VmReboot` needs a VM node, which the process-node campaign does not have: [`inject`]
+//! refuses it.
+
+use super::schedule::{Fault, FaultKind};
+use crate::{Lab, Signal};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long an agent is cut off from the API server: the lab's agents renew their heartbeat
+/// every second and it stays valid for three.
+pub const CUT_OFF: Duration = Duration::from_secs(5);
+/// How long a state directory stays unwritable.
+pub const UNWRITABLE: Duration = Duration::from_secs(4);
+/// How long a kill waits for a transaction to begin.
+const TRANSACTION_WAIT: Duration = Duration::from_secs(20);
+/// The nftables table of the cut-off (the agent's own is `hoststack`).
+const CUT_OFF_TABLE: &str = "hoststack-fault";
+
+/// What one injection did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injected {
+    /// The fault as scheduled.
+    pub fault: Fault,
+    /// The node it hit, for a fault that hits one.
+    pub node: Option<String>,
+    /// Whether it hit what it aims at: for the agent kills, a transaction still in flight in
+    /// the journal when the agent died; for the others, always.
+    pub hit: bool,
+    /// What happened, for the report.
+    pub note: String,
+    /// Something the fault's own check found wrong (a host write while the journal could not be
+    /// written).
+    pub violation: Option<String>,
+}
+
+/// Injects `fault` into `lab`, whose agents keep write logs, and heals it; `started` is when
+/// the step the fault belongs to began (the agent kills watch for transactions from then on).
+pub fn inject(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
+    let nodes = lab.node_names();
+    let node = nodes[fault.node % nodes.len()].clone();
+    let done = |node: Option<String>, note: String| Injected {
+        fault,
+        node,
+        hit: true,
+        note,
+        violation: None,
+    };
+    match fault.kind {
+        FaultKind::OperatorKill => {
+            lab.kill_operator(Signal::Kill);
+            lab.start_operator();
+            done(None, "operator killed and started again".into())
+        }
+        FaultKind::AgentKillInTransaction => kill_in_transaction(lab, fault, started, true),
+        FaultKind::AgentKillInRevert => kill_in_transaction(lab, fault, started, false),
+        FaultKind::ApiserverRestart => {
+            let begun = Instant::now();
+            lab.restart_apiserver();
+            done(None, format!("API server back in {:?}", begun.elapsed()))
+        }
+        FaultKind::EtcdRestart => {
+            lab.restart_etcd();
+            done(None, "etcd killed and started again".into())
+        }
+        FaultKind::AgentCutOff => {
+            let cut = CutOff::new(lab, &node);
+            std::thread::sleep(CUT_OFF);
+            drop(cut);
+            done(Some(node), format!("cut off for {CUT_OFF:?}"))
+        }
+        FaultKind::StateDirUnwritable => unwritable(lab, fault, node),
+        FaultKind::VmReboot => panic!("a VM reboot needs a VM node; this campaign has none"),
+    }
+}
+
+/// Kills the first agent seen in a transaction (`to_revision`) or a revert, from `fault.node`
+/// on, `fault.delay_ms` (modulo 400 ms) after its journal showed the transaction.
+fn kill_in_transaction(
+    lab: &Lab,
+    fault: Fault,
+    started: SystemTime,
+    to_revision: bool,
+) -> Injected {
+    let nodes = lab.node_names();
+    let order: Vec<&String> = nodes
+        .iter()
+        .cycle()
+        .skip(fault.node % nodes.len())
+        .take(nodes.len())
+        .collect();
+    let since = micros(started);
+    let what = if to_revision {
+        "a transaction"
+    } else {
+        "a revert"
+    };
+    let deadline = Instant::now() + TRANSACTION_WAIT;
+    let found = loop {
+        let seen = order.iter().find(|node| {
+            in_flight_since(&lab.write_log(node), since) == Some(to_revision)
+                && lab.agent_pid(node).is_some()
+        });
+        if let Some(node) = seen {
+            break Some((*node).clone());
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let Some(node) = found else {
+        return Injected {
+            fault,
+            node: None,
+            hit: false,
+            note: format!("no agent began {what} within {TRANSACTION_WAIT:?}"),
+            violation: None,
+        };
+    };
+    std::thread::sleep(Duration::from_millis(fault.delay_ms % 400));
+    lab.kill_agent(&node, Signal::Kill);
+    let journal = std::fs::read_to_string(lab.agent_state_dir(&node).join("journal.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    let hit = journal.is_some_and(|j| !j["transaction"].is_null());
+    lab.start_agent(&node, &[]);
+    let note = if hit {
+        format!("killed in {what}")
+    } else {
+        format!("killed just after {what} ended")
+    };
+    Injected {
+        fault,
+        node: Some(node),
+        hit,
+        note,
+        violation: None,
+    }
+}
+
+/// Whether the last journal save in the write log at `path` (at or after `since`) has a
+/// transaction in flight: `Some(true)` to a revision, `Some(false)` a revert, `None` none.
+fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
+    let log = std::fs::read_to_string(path).ok()?;
+    let last = log
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|entry| entry.get("journal").is_some())
+        .filter(|entry| entry["micros"].as_u64().is_some_and(|m| m >= since))?;
+    let transaction = &last["journal"]["transaction"];
+    (!transaction.is_null()).then(|| !transaction["target"].is_null())
+}
+
+/// Makes `node`'s state directory unwritable for [`UNWRITABLE`] and checks that the agent
+/// wrote nothing to its host meanwhile.
+fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
+    let log = lab.write_log(&node);
+    let from = micros(SystemTime::now());
+    let immutable = Immutable::new(lab.agent_state_dir(&node));
+    std::thread::sleep(UNWRITABLE);
+    let until = micros(SystemTime::now());
+    drop(immutable);
+    let writes = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e.get("wrote").is_some())
+        .filter(|e| e["micros"].as_u64().is_some_and(|m| m > from && m < until))
+        .count();
+    Injected {
+        fault,
+        node: Some(node.clone()),
+        hit: true,
+        note: format!("state directory unwritable for {UNWRITABLE:?}"),
+        violation: (writes > 0).then(|| {
+            format!("{node} wrote its host {writes} times while its journal could not be saved")
+        }),
+    }
+}
+
+/// Microseconds since the epoch.
+pub fn micros(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A node cut off from the API server until dropped.
+struct CutOff<'a> {
+    lab: &'a Lab,
+    node: String,
+}
+
+impl<'a> CutOff<'a> {
+    /// Drops every packet `node` sends to the API server.
+    fn new(lab: &'a Lab, node: &str) -> CutOff<'a> {
+        let url = lab.api_url();
+        let authority = url.trim_start_matches("https://");
+        let (host, port) = authority
+            .rsplit_once(':')
+            .unwrap_or_else(|| panic!("the API server's URL {url} has no port"));
+        let rules = format!(
+            "add table ip {CUT_OFF_TABLE}; add chain ip {CUT_OFF_TABLE} out {{ type filter hook output priority 0; }}; add rule ip {CUT_OFF_TABLE} out ip daddr {host} tcp dport {port} drop"
+        );
+        let out = lab.exec_in_node(node, &["nft", &rules]);
+        assert!(
+            out.status.success(),
+            "cutting {node} off: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        CutOff {
+            lab,
+            node: node.to_string(),
+        }
+    }
+}
+
+impl Drop for CutOff<'_> {
+    fn drop(&mut self) {
+        let out = self
+            .lab
+            .exec_in_node(&self.node, &["nft", "delete", "table", "ip", CUT_OFF_TABLE]);
+        if !out.status.success() {
+            eprintln!(
+                "healing {}'s cut-off: {}",
+                self.node,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// A directory made immutable (`chattr +i`) until dropped: nothing can be created, renamed or
+/// removed in it, by root either.
+struct Immutable {
+    dir: PathBuf,
+}
+
+impl Immutable {
+    fn new(dir: &Path) -> Immutable {
+        chattr(dir, "+i");
+        Immutable {
+            dir: dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        chattr(&self.dir, "-i");
+    }
+}
+
+fn chattr(dir: &Path, flag: &str) {
+    let out = std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("running chattr: {e}"));
+    assert!(
+        out.status.success(),
+        "chattr {flag} {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_journal_save_since_a_time_tells_what_is_in_flight() {
+        let dir = std::env::temp_dir().join(format!("hoststack-inject-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("writes.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                "{\"micros\": 5, \"journal\": {\"transaction\": {\"target\": {\"revision\": \"r\"}}}}\n",
+                "{\"micros\": 6, \"wrote\": {\"target\": \"a\"}}\n",
+            ),
+        )
+        .unwrap();
+        assert_eq!(in_flight_since(&path, 0), Some(true));
+        assert_eq!(in_flight_since(&path, 6), None);
+        std::fs::write(
+            &path,
+            "{\"micros\": 7, \"journal\": {\"transaction\": {\"before\": []}}}\n",
+        )
+        .unwrap();
+        assert_eq!(in_flight_since(&path, 0), Some(false));
+        std::fs::write(&path, "{\"micros\": 8, \"journal\": {\"originals\": []}}\n").unwrap();
+        assert_eq!(in_flight_since(&path, 0), None);
+        assert_eq!(in_flight_since(&dir.join("none"), 0), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
