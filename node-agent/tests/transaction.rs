@@ -825,3 +825,56 @@ proptest! {
         prop_assert_eq!(host.snapshot(), pristine);
     }
 }
+
+/// A state directory made immutable (`chattr +i`: root cannot create or rename in it) until
+/// dropped.
+struct Immutable<'a>(&'a Path);
+
+impl<'a> Immutable<'a> {
+    fn new(dir: &'a Path) -> Self {
+        let ok = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .status()
+            .expect("chattr runs")
+            .success();
+        assert!(ok, "chattr +i {}", dir.display());
+        Immutable(dir)
+    }
+}
+
+impl Drop for Immutable<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(self.0)
+            .status();
+    }
+}
+
+#[test]
+fn an_unwritable_state_dir_changes_nothing_and_says_why_then_the_revision_applies() {
+    let host = FakeHost::new(BASE);
+    let before = host.snapshot();
+    let mut r = Reconciler::new(host.transactor(), Hooks::default());
+    let nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
+    let desired = Intent::of(Some(&nt));
+    let failed = {
+        let _immutable = Immutable::new(host.state_dir.path());
+        reconcile(&mut r, &desired).1
+    };
+    // Journal first: with no journal, no write.
+    assert_eq!(host.snapshot(), before);
+    assert_eq!(failed.state, NodeState::Failed);
+    let message = failed.message.expect("a message");
+    assert!(
+        message.starts_with("agent error: journal ") && message.contains("not permitted"),
+        "{message}"
+    );
+    // The agent's own failure is not the revision's: once the directory is writable again the
+    // same assignment applies.
+    let (ran, applied) = reconcile(&mut r, &desired);
+    assert!(ran);
+    assert_eq!(applied.state, NodeState::Applied);
+    assert_eq!(host.get("net.ipv4.tcp_sack"), "0");
+}
