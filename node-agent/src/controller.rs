@@ -133,7 +133,7 @@ pub async fn run(config: Config) -> Result<()> {
             _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
                 if health_deadline.is_some() => agent.end_health_window().await,
         }
-        if std::mem::take(&mut agent.status_failed) {
+        if std::mem::take(&mut agent.retry_soon) {
             resync.reset_at(Instant::now() + STATUS_RETRY);
         }
     }
@@ -151,8 +151,9 @@ struct Agent {
     listing: Option<NodeTuning>,
     /// A list has completed: the NodeTuning is known.
     listed: bool,
-    /// The last status write failed; retry soon.
-    status_failed: bool,
+    /// The last status write failed, or the agent's own error stopped a transaction: reconcile
+    /// again soon.
+    retry_soon: bool,
     /// The /metrics registry: node info and the agent's work.
     metrics: Arc<Exporter>,
     /// The last reconcile's intent and outcome, which a health sample is reported with.
@@ -183,7 +184,7 @@ impl Agent {
             latest: Latest::default(),
             listing: None,
             listed: false,
-            status_failed: false,
+            retry_soon: false,
             metrics,
             last: None,
             sampler: Sampler::new(),
@@ -275,6 +276,7 @@ impl Agent {
                         tracing::info!(revision = ?intent.revision(), "transaction starts");
                         let started = std::time::Instant::now();
                         let outcome = block_in_place(|| self.reconciler.transact(&intent, &spec));
+                        self.retry_soon |= self.reconciler.retry_soon();
                         self.metrics.work.transaction(
                             intent.target().as_ref(),
                             outcome.state,
@@ -290,7 +292,8 @@ impl Agent {
                     })
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "reconcile failed");
+                    tracing::error!(error = %e, "reconcile failed; retrying soon");
+                    self.retry_soon = true;
                     self.reconciler.error_outcome(&e)
                 }
             };
@@ -441,7 +444,7 @@ impl Agent {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "writing status failed; retrying soon");
-                self.status_failed = true;
+                self.retry_soon = true;
             }
         }
     }

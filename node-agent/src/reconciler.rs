@@ -52,6 +52,9 @@ pub struct Reconciler {
     api_server: Option<IpAddr>,
     /// Settings of the applied revision that drifted, as the last decision found them.
     drifted: Vec<Drift>,
+    /// The last transaction stopped on an error of the agent itself (its journal could not be
+    /// read or saved, an undo failed), not of an item: it is to be retried soon.
+    agent_error: bool,
 }
 
 impl Reconciler {
@@ -64,6 +67,7 @@ impl Reconciler {
             failed: Failures::default(),
             api_server: None,
             drifted: Vec::new(),
+            agent_error: false,
         }
     }
 
@@ -231,10 +235,11 @@ impl Reconciler {
         let (mut outcome, ran) = match result {
             Ok(outcome) => (outcome, true),
             Err(e) => {
-                tracing::error!(error = %e, "transaction aborted");
+                tracing::error!(error = %e, "transaction aborted; retrying soon");
                 (self.error_outcome(&e), false)
             }
         };
+        self.agent_error = !ran;
         self.annotate(&mut outcome);
         if ran && outcome.state == NodeState::Failed && matches!(intent, Intent::Revision { .. }) {
             self.failed.remember(intent, spec, &outcome);
@@ -246,10 +251,19 @@ impl Reconciler {
         outcome
     }
 
-    /// The outcome to report when the agent itself failed (journal I/O, an undo that failed).
+    /// Whether the last transaction stopped on an error of the agent itself, so that the watch
+    /// loop reconciles again soon rather than at the next resync.
+    pub fn retry_soon(&self) -> bool {
+        self.agent_error
+    }
+
+    /// The outcome to report when the agent itself failed (journal I/O, an undo that failed):
+    /// still Applying, with the error as its message (the Degraded condition's reason is
+    /// AgentError), never Failed. The revision was not tried, or its undo is unfinished; it is
+    /// no verdict on the revision, and the agent tries again ([`Reconciler::retry_soon`]).
     pub fn error_outcome(&self, error: &crate::Error) -> Outcome {
         Outcome {
-            state: NodeState::Failed,
+            state: NodeState::Applying,
             items: Vec::new(),
             message: Some(format!("agent error: {error}")),
             applied: self.transactor.journal().ok().and_then(|j| j.applied),

@@ -60,7 +60,10 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
             input.drifted.len()
         ),
         NodeState::Applied => format!("revision {revision} is applied and verified"),
-        NodeState::Applying => format!("applying revision {revision}"),
+        NodeState::Applying => match &o.message {
+            Some(error) => format!("applying revision {revision} once the agent can: {error}"),
+            None => format!("applying revision {revision}"),
+        },
         NodeState::Planned => "plan mode: nothing was changed".to_string(),
         NodeState::Reverted => "the spec was withdrawn; nothing is applied".to_string(),
         NodeState::Idle => "nothing asked yet".to_string(),
@@ -88,6 +91,8 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
                 reason,
                 o.message.clone().unwrap_or_default(),
             )
+        } else if let (NodeState::Applying, Some(error)) = (o.state, &o.message) {
+            condition(input, DEGRADED, true, "AgentError", error.clone())
         } else {
             condition(input, DEGRADED, false, "AsExpected", String::new())
         },
@@ -247,6 +252,45 @@ mod tests {
         assert_eq!(cond(&third, REVERTED).last_transition_time, at(100));
         assert_eq!(third.message.as_deref(), Some("sysctl x: nope"));
         assert_eq!(third.observed_revision.as_deref(), Some("r2"));
+    }
+
+    #[test]
+    fn an_agent_error_is_applying_and_degraded_not_failed() {
+        let error = outcome(NodeState::Applying, Some("agent error: journal /s: denied"));
+        let s = status(&StatusInput {
+            outcome: &error,
+            observed_revision: Some("r2"),
+            drifted: &[],
+            facts: None,
+            health: None,
+            previous: None,
+            generation: Some(4),
+            now: at(100),
+        });
+        assert_eq!(s.state, Some(NodeState::Applying));
+        assert_eq!(cond(&s, APPLIED).status, "False");
+        assert_eq!(
+            cond(&s, APPLIED).message,
+            "applying revision r2 once the agent can: agent error: journal /s: denied"
+        );
+        assert_eq!(cond(&s, DEGRADED).status, "True");
+        assert_eq!(cond(&s, DEGRADED).reason, "AgentError");
+        assert_eq!(
+            cond(&s, DEGRADED).message,
+            "agent error: journal /s: denied"
+        );
+        // The Applying shown before a transaction has no message and is not degraded.
+        let applying = status(&StatusInput {
+            outcome: &outcome(NodeState::Applying, None),
+            observed_revision: Some("r2"),
+            drifted: &[],
+            facts: None,
+            health: None,
+            previous: Some(&s),
+            generation: Some(4),
+            now: at(200),
+        });
+        assert_eq!(cond(&applying, DEGRADED).status, "False");
     }
 
     #[test]

@@ -853,7 +853,7 @@ impl Drop for Immutable<'_> {
 }
 
 #[test]
-fn an_unwritable_state_dir_changes_nothing_and_says_why_then_the_revision_applies() {
+fn an_unwritable_state_dir_changes_nothing_is_no_verdict_and_the_revision_applies_once_writable() {
     let host = FakeHost::new(BASE);
     let before = host.snapshot();
     let mut r = Reconciler::new(host.transactor(), Hooks::default());
@@ -863,9 +863,11 @@ fn an_unwritable_state_dir_changes_nothing_and_says_why_then_the_revision_applie
         let _immutable = Immutable::new(host.state_dir.path());
         reconcile(&mut r, &desired).1
     };
-    // Journal first: with no journal, no write.
+    // Journal first: with no journal, no write. And no verdict on the revision: still Applying,
+    // with the reason, and a retry soon.
     assert_eq!(host.snapshot(), before);
-    assert_eq!(failed.state, NodeState::Failed);
+    assert_eq!(failed.state, NodeState::Applying);
+    assert!(r.retry_soon());
     let message = failed.message.expect("a message");
     assert!(
         message.starts_with("agent error: journal ") && message.contains("not permitted"),
@@ -876,5 +878,6 @@ fn an_unwritable_state_dir_changes_nothing_and_says_why_then_the_revision_applie
     let (ran, applied) = reconcile(&mut r, &desired);
     assert!(ran);
     assert_eq!(applied.state, NodeState::Applied);
+    assert!(!r.retry_soon());
     assert_eq!(host.get("net.ipv4.tcp_sack"), "0");
 }

@@ -38,7 +38,7 @@ struct RevisionLabels {
 }
 
 /// Results a transaction can end in.
-const RESULTS: [&str; 3] = ["applied", "failed", "reverted"];
+const RESULTS: [&str; 4] = ["applied", "failed", "reverted", "error"];
 
 /// Metrics of the agent's transactions.
 #[derive(Debug)]
@@ -111,6 +111,8 @@ impl AgentWork {
             NodeState::Applied => "applied",
             NodeState::Reverted => "reverted",
             NodeState::Failed => "failed",
+            // A transaction ends Applying only when the agent's own error stopped it.
+            NodeState::Applying => "error",
             _ => return,
         };
         self.transactions
