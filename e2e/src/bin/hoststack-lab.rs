@@ -11,6 +11,10 @@
 //!   campaign (hoststack_e2e::faults) on a lab of four process nodes: seeded schedules of real
 //!   faults while a rollout script runs, the invariants checked over each history; it prints a
 //!   line per schedule and the report, and exits 1 when any schedule found something wrong.
+//! - `hoststack-lab soak [--minutes 60] [--every 60]` runs the campaign's script over and over
+//!   under the faults that leave the operator and agents running, samples their memory and open
+//!   descriptors at quiet points, and prints the slopes; it exits 1 on a leak or a failed
+//!   schedule.
 //! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
 //!   devices, directories); `--all` also stops labs that are still running.
 
@@ -66,6 +70,16 @@ enum Cmd {
         #[arg(long, conflicts_with_all = ["schedules", "first_seed"])]
         seed: Option<u64>,
     },
+    /// Run the soak: the fault campaign's script over and over, the operator's and agents'
+    /// memory and open descriptors sampled at quiet points.
+    Soak {
+        /// How long.
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// Seconds between samples (at least; samples are taken when all is quiet).
+        #[arg(long, default_value_t = 60)]
+        every: u64,
+    },
     /// Remove leftovers of labs whose owner died.
     Down {
         /// Also stop and remove labs that are still running.
@@ -98,6 +112,10 @@ fn main() -> ExitCode {
             Some(seed) => faults(seed..seed + 1),
             None => faults(first_seed..first_seed.saturating_add(schedules)),
         },
+        Cmd::Soak { minutes, every } => soak(
+            Duration::from_secs(minutes * 60),
+            Duration::from_secs(every),
+        ),
         Cmd::Down { all } => down(all),
     };
     match result {
@@ -313,6 +331,20 @@ fn faults(seeds: std::ops::Range<u64>) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{failed} schedules found something wrong"))
+    }
+}
+
+/// Runs the soak for `duration` on a fresh lab and prints its report.
+fn soak(duration: Duration, every: Duration) -> Result<(), String> {
+    use hoststack_e2e::faults::{campaign, soak};
+    let lab = Lab::start(campaign::lab_config()).map_err(|e| e.to_string())?;
+    let report = soak::run(&lab, duration, every);
+    println!("{report}");
+    lab.stop().map_err(|e| e.to_string())?;
+    if report.passed() {
+        Ok(())
+    } else {
+        Err("the soak found something wrong".into())
     }
 }
 

@@ -4,11 +4,13 @@
 //! ([`super::record`]), is checked against the invariants ([`super::invariants::check`]).
 //!
 //! The script, on tuning [`TUNING`] (canary 1, maxUnavailable 1): apply revision A, change it
-//! to B, change it to C, which the kernel refuses at its last write (so the canary fails after
-//! writing the others, and the rollout goes back to B), then delete the tuning. After each step
-//! the campaign waits until the rollout and every agent have settled, and reads the hosts: a
-//! quiet point of the history. A step that does not settle within [`SETTLE`] is a failure of
-//! its own (liveness), reported with the schedule.
+//! to B (which adds the agent's nftables table and an XDP program on eth0), change it to C,
+//! which the kernel refuses at its last write (so the canary fails after writing the others,
+//! and the rollout goes back to B), then delete the tuning. After each step the campaign waits
+//! until the rollout and every agent have settled, and reads the hosts: a quiet point of the
+//! history. A step that does not settle within [`SETTLE`] is a failure of its own (liveness),
+//! and so is anything left behind after the delete: a journal entry, the nftables table, a
+//! pinned BPF object ([`leftovers`]).
 
 use super::history::{Event, History, Outcome, Purpose, Values};
 use super::inject::{self, micros, Injected};
@@ -67,6 +69,10 @@ const REVISIONS: [&[(&str, &str)]; 3] = [
         ("net.ipv4.tcp_syn_retries", "200"),
     ],
 ];
+
+/// What revision B adds beside its sysctls: the agent's nftables table and an XDP program
+/// (the pass program, which the agent allows on the interface of the default route).
+const B_EXTRAS: &str = "  firewall:\n    blockedPrefixes: [192.0.2.0/24]\n  interfaces:\n  - match:\n      name: eth0\n    xdp:\n      program: Pass\n      mode: Generic\n";
 
 /// The script's last step, the delete.
 const DELETE_STEP: usize = 3;
@@ -242,6 +248,10 @@ pub fn run(lab: &Lab, schedules: &[Schedule]) -> Report {
             one.history.events.len(),
             one.took.as_secs_f64()
         );
+        for injected in &one.injected {
+            let node = injected.node.as_deref().unwrap_or("-");
+            eprintln!("  {:?} {node}: {}", injected.fault.kind, injected.note);
+        }
         report.schedules.push(one);
     }
     report
@@ -285,6 +295,9 @@ pub fn run_schedule(lab: &Lab, schedule: &Schedule) -> ScheduleReport {
             Ok(()) => {
                 let hosts = nodes.iter().map(|n| (n.clone(), host(lab, n))).collect();
                 own.push(at(Event::Quiescent { hosts }));
+                if step == DELETE_STEP {
+                    failures.extend(leftovers(lab));
+                }
             }
             Err(why) => {
                 failures.push(format!("step {step}: {why}"));
@@ -346,7 +359,7 @@ fn act(lab: &Lab, step: usize) -> Result<(), String> {
                     Err(stderr)
                 }
             }
-            _ => lab.apply_yaml(&tuning_yaml(REVISIONS[step])),
+            _ => lab.apply_yaml(&tuning_yaml(step)),
         };
         match result {
             Ok(_) => return Ok(()),
@@ -358,15 +371,56 @@ fn act(lab: &Lab, step: usize) -> Result<(), String> {
     }
 }
 
-/// The campaign's NetworkTuning with `sysctls`.
-fn tuning_yaml(sysctls: &[(&str, &str)]) -> String {
+/// The campaign's NetworkTuning at revision `index` (0 is A).
+fn tuning_yaml(index: usize) -> String {
     let mut yaml = format!(
         "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {TUNING}\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: edge\n  rollout:\n    canary: 1\n    maxUnavailable: 1\n  sysctls:\n"
     );
-    for (key, value) in sysctls {
+    for (key, value) in REVISIONS[index] {
         yaml.push_str(&format!("    {key}: \"{value}\"\n"));
     }
+    if index == 1 {
+        yaml.push_str(B_EXTRAS);
+    }
     yaml
+}
+
+/// What the agents left behind after a delete settled: an nftables table `hoststack` in a
+/// node's namespace, or a pinned BPF object under its bpffs root. (Journal entries are part of
+/// settling.)
+pub fn leftovers(lab: &Lab) -> Vec<String> {
+    let mut found = Vec::new();
+    for node in lab.node_names() {
+        let tables = lab.exec_in_node(&node, &["nft", "list", "tables"]);
+        let tables = String::from_utf8_lossy(&tables.stdout);
+        if tables.lines().any(|l| l.trim() == "table inet hoststack") {
+            found.push(format!("{node} kept the nftables table inet hoststack"));
+        }
+        let root = lab.agent_bpffs_root(&node);
+        let pins = walk(&root);
+        if !pins.is_empty() {
+            found.push(format!("{node} kept BPF pins: {pins:?}"));
+        }
+    }
+    found
+}
+
+/// The files below `dir` (none when it does not exist).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path)
+            } else {
+                vec![path]
+            }
+        })
+        .collect()
 }
 
 /// Waits until step `step` has settled: the rollout ended for the tuning's current spec (or,
@@ -518,9 +572,12 @@ mod tests {
     }
 
     #[test]
-    fn the_tuning_rolls_one_node_at_a_time() {
-        let yaml = tuning_yaml(REVISIONS[2]);
+    fn the_tuning_rolls_one_node_at_a_time_and_b_adds_a_firewall_and_xdp() {
+        let yaml = tuning_yaml(2);
         assert!(yaml.contains("    canary: 1\n    maxUnavailable: 1\n"));
         assert!(yaml.ends_with("    net.ipv4.tcp_syn_retries: \"200\"\n"));
+        assert!(!yaml.contains("xdp"));
+        let b = tuning_yaml(1);
+        assert!(b.ends_with(B_EXTRAS) && b.contains("net.core.somaxconn: \"2048\""));
     }
 }

@@ -14,11 +14,13 @@
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted.
 //! - `StateDirUnwritable`: the agent's state directory made immutable (`chattr +i`, which binds
 //!   root too) for [`UNWRITABLE`]; the agent must write nothing to its host meanwhile, since it
-//!   cannot journal first.
+//!   cannot journal first, and must not report a revision Failed (its own error is no verdict
+//!   on the revision: it reports Applying, Degraded with reason AgentError, and retries).
 //!
 //! `VmReboot` needs a VM node, which the process-node campaign does not have: [`inject`]
 //! refuses it.
 
+use super::record;
 use super::schedule::{Fault, FaultKind};
 use crate::{Lab, Signal};
 use serde_json::Value;
@@ -172,7 +174,8 @@ fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
 }
 
 /// Makes `node`'s state directory unwritable for [`UNWRITABLE`] and checks that the agent
-/// wrote nothing to its host meanwhile.
+/// wrote nothing to its host meanwhile and reported no revision Failed (its own error is no
+/// verdict on a revision); the note counts the reports that said why (named the journal).
 fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
     let log = lab.write_log(&node);
     let from = micros(SystemTime::now());
@@ -180,21 +183,40 @@ fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
     std::thread::sleep(UNWRITABLE);
     let until = micros(SystemTime::now());
     drop(immutable);
+    let during = |m: Option<u64>| m.is_some_and(|m| m > from && m < until);
     let writes = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e.get("wrote").is_some())
-        .filter(|e| e["micros"].as_u64().is_some_and(|m| m > from && m < until))
+        .filter(|e| e.get("wrote").is_some() && during(e["micros"].as_u64()))
         .count();
+    let reports: Vec<(String, String)> = record::from_audit_reports(&lab.audit_events(), &node)
+        .into_iter()
+        .filter(|(m, _, _)| during(Some(*m)))
+        .map(|(_, state, message)| (state, message))
+        .collect();
+    let said_why = reports
+        .iter()
+        .filter(|(_, m)| m.contains("journal"))
+        .count();
+    let failed = reports.iter().find(|(state, _)| state == "Failed");
+    let violation = if writes > 0 {
+        Some(format!(
+            "{node} wrote its host {writes} times while its journal could not be saved"
+        ))
+    } else {
+        failed.map(|(_, m)| {
+            format!("{node} reported a revision Failed while its journal could not be saved: {m}")
+        })
+    };
     Injected {
         fault,
         node: Some(node.clone()),
         hit: true,
-        note: format!("state directory unwritable for {UNWRITABLE:?}"),
-        violation: (writes > 0).then(|| {
-            format!("{node} wrote its host {writes} times while its journal could not be saved")
-        }),
+        note: format!(
+            "state directory unwritable for {UNWRITABLE:?}; {said_why} reports meanwhile named the journal"
+        ),
+        violation,
     }
 }
 

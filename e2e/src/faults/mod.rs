@@ -8,7 +8,8 @@
 //! the API server's audit log and the agents' write logs, never from what the campaign believes
 //! it did), and checks the invariants of [`invariants::check`] over it. A failing seed is
 //! printed, replayed by passing the same seed (`hoststack-lab faults --seed N`), and committed
-//! as a regression case (e2e/tests/faults.rs).
+//! as a regression case (e2e/tests/faults.rs). The [`soak`] runs the script for an hour (five
+//! minutes in CI) and samples the operator's and agents' memory and descriptors.
 
 pub mod campaign;
 pub mod history;
@@ -16,3 +17,4 @@ pub mod inject;
 pub mod invariants;
 pub mod record;
 pub mod schedule;
+pub mod soak;

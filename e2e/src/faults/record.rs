@@ -107,6 +107,27 @@ pub fn from_audit(events: &[Value], since: u64, max_unavailable: usize) -> Vec<T
     out
 }
 
+/// Every status `node`'s agent wrote, as (when, `status.state`, `status.message`), from the
+/// audit log.
+pub fn from_audit_reports(events: &[Value], node: &str) -> Vec<(u64, String, String)> {
+    events
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "nodetunings"
+                && e["objectRef"]["subresource"] == "status"
+                && e["objectRef"]["name"] == node
+        })
+        .filter_map(|e| {
+            let status = &e["responseObject"]["status"];
+            Some((
+                micros_of(&e["stageTimestamp"])?,
+                status["state"].as_str()?.to_string(),
+                status["message"].as_str().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect()
+}
+
 /// The report in a NodeTuning's status: the outcome of the revision its last transaction was
 /// about, answering the newest generation its conditions name. `None` while the agent is still
 /// applying or has nothing to say of a revision.
@@ -390,6 +411,42 @@ mod tests {
         );
         assert_eq!(timed[0].micros, 1_796_419_800_000_001);
         assert_eq!(timed[2].micros, 1_796_419_802_000_000);
+    }
+
+    #[test]
+    fn a_nodes_reports_come_with_their_state_and_message() {
+        let mut failed = node_tuning("node-a", 2, "r1");
+        failed["status"] = json!({"state": "Failed", "message": "agent error: journal"});
+        let mut other = node_tuning("node-b", 2, "r1");
+        other["status"] = json!({"state": "Applied"});
+        let mut events = vec![
+            audit(
+                "2026-12-04T21:30:00Z",
+                "patch",
+                "nodetunings",
+                "status",
+                failed,
+                200,
+            ),
+            audit(
+                "2026-12-04T21:30:01Z",
+                "patch",
+                "nodetunings",
+                "status",
+                other,
+                200,
+            ),
+        ];
+        events[0]["objectRef"]["name"] = json!("node-a");
+        events[1]["objectRef"]["name"] = json!("node-b");
+        assert_eq!(
+            from_audit_reports(&events, "node-a"),
+            vec![(
+                1_796_419_800_000_000,
+                "Failed".into(),
+                "agent error: journal".into()
+            )]
+        );
     }
 
     #[test]
