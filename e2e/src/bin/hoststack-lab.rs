@@ -321,7 +321,7 @@ fn faults(seeds: std::ops::Range<u64>) -> Result<(), String> {
     use hoststack_e2e::faults::schedule::Schedule;
     let lab = Lab::start(campaign::lab_config()).map_err(|e| e.to_string())?;
     let schedules: Vec<Schedule> = seeds
-        .map(|seed| Schedule::from_seed(seed, SCRIPT, &KINDS))
+        .map(|seed| Schedule::from_seed(seed, SCRIPT, KINDS))
         .collect();
     let report = campaign::run(&lab, &schedules);
     println!("{report}");
