@@ -310,31 +310,61 @@ pub fn run_schedule(lab: &Lab, schedule: &Schedule) -> ScheduleReport {
 }
 
 /// Starts step `step` and injects `faults` beside it; returns once both are done (the step's
-/// action accepted, the faults healed), with what each injection did.
+/// action accepted, the faults healed), with what each injection did, in `faults`' order.
+///
+/// Faults on different parts ([`part`]) overlap, each at its own time; faults on one part take
+/// turns in the schedule's order. So an agent kill watches for its transaction from the step's
+/// start even while a cut-off or a restart of another part runs.
 fn run_step(lab: &Lab, step: usize, faults: &[Fault]) -> (Result<(), String>, Vec<Injected>) {
     let started = SystemTime::now();
+    let mut parts: BTreeMap<u8, Vec<(usize, Fault)>> = BTreeMap::new();
+    for (i, fault) in faults.iter().enumerate() {
+        parts.entry(part(fault.kind)).or_default().push((i, *fault));
+    }
     std::thread::scope(|scope| {
-        let injector = scope.spawn(|| {
-            faults
-                .iter()
-                .map(|fault| {
-                    if !matches!(
-                        fault.kind,
-                        FaultKind::AgentKillInTransaction | FaultKind::AgentKillInRevert
-                    ) {
-                        let due = started + Duration::from_millis(fault.delay_ms);
-                        if let Ok(wait) = due.duration_since(SystemTime::now()) {
-                            std::thread::sleep(wait);
-                        }
-                    }
-                    inject::inject(lab, *fault, started)
+        let injectors: Vec<_> = parts
+            .into_values()
+            .map(|turns| {
+                scope.spawn(move || {
+                    turns
+                        .into_iter()
+                        .map(|(i, fault)| {
+                            if !matches!(
+                                fault.kind,
+                                FaultKind::AgentKillInTransaction | FaultKind::AgentKillInRevert
+                            ) {
+                                let due = started + Duration::from_millis(fault.delay_ms);
+                                if let Ok(wait) = due.duration_since(SystemTime::now()) {
+                                    std::thread::sleep(wait);
+                                }
+                            }
+                            (i, inject::inject(lab, fault, started))
+                        })
+                        .collect::<Vec<_>>()
                 })
-                .collect::<Vec<_>>()
-        });
+            })
+            .collect();
         let done = act(lab, step);
-        let injected = injector.join().expect("the injector thread panicked");
-        (done, injected)
+        let mut injected: Vec<(usize, Injected)> = injectors
+            .into_iter()
+            .flat_map(|t| t.join().expect("an injector thread panicked"))
+            .collect();
+        injected.sort_by_key(|(i, _)| *i);
+        (done, injected.into_iter().map(|(_, inj)| inj).collect())
     })
+}
+
+/// The part of the lab a fault acts on: the operator, the agents' processes, the control plane,
+/// the nodes' network, the state directories, the VM.
+fn part(kind: FaultKind) -> u8 {
+    match kind {
+        FaultKind::OperatorKill => 0,
+        FaultKind::AgentKillInTransaction | FaultKind::AgentKillInRevert => 1,
+        FaultKind::ApiserverRestart | FaultKind::EtcdRestart => 2,
+        FaultKind::AgentCutOff => 3,
+        FaultKind::StateDirUnwritable => 4,
+        FaultKind::VmReboot => 5,
+    }
 }
 
 /// Step `step`'s action, retried while the API server cannot take it (a fault may have it down).

@@ -13,8 +13,8 @@
 //! - `AgentCutOff`: an nftables table in the node's namespace drops its packets to the API
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted.
 //! - `StateDirUnwritable`: the agent's state directory made immutable (`chattr +i`, which binds
-//!   root too) for [`UNWRITABLE`]; the agent must write nothing to its host meanwhile, since it
-//!   cannot journal first, and must not report a revision Failed (its own error is no verdict
+//!   root too) for [`UNWRITABLE`]; the agent must write nothing to its host for a revision
+//!   meanwhile, since it cannot journal first, and must not report a revision Failed (its own error is no verdict
 //!   on the revision: it reports Applying, Degraded with reason AgentError, and retries).
 //!
 //! `VmReboot` needs a VM node, which the process-node campaign does not have: [`inject`]
@@ -174,8 +174,10 @@ fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
 }
 
 /// Makes `node`'s state directory unwritable for [`UNWRITABLE`] and checks that the agent
-/// wrote nothing to its host meanwhile and reported no revision Failed (its own error is no
-/// verdict on a revision); the note counts the reports that said why (named the journal).
+/// wrote nothing to its host for a revision meanwhile (journal first; a restarted agent's
+/// recovery may still put `before` values back, which leaves host and journal agreeing) and
+/// reported no revision Failed (its own error is no verdict on a revision); the note counts the
+/// reports that said why (named the journal).
 fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
     let log = lab.write_log(&node);
     let from = micros(SystemTime::now());
@@ -188,7 +190,7 @@ fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
         .unwrap_or_default()
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| e.get("wrote").is_some() && during(e["micros"].as_u64()))
+        .filter(|e| !e["wrote"]["revision"].is_null() && during(e["micros"].as_u64()))
         .count();
     let reports: Vec<(String, String)> = record::from_audit_reports(&lab.audit_events(), &node)
         .into_iter()
@@ -202,7 +204,7 @@ fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
     let failed = reports.iter().find(|(state, _)| state == "Failed");
     let violation = if writes > 0 {
         Some(format!(
-            "{node} wrote its host {writes} times while its journal could not be saved"
+            "{node} wrote its host for a revision {writes} times while its journal could not be saved"
         ))
     } else {
         failed.map(|(_, m)| {
