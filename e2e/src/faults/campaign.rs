@@ -10,7 +10,8 @@
 //! until the rollout and every agent have settled, and reads the hosts: a quiet point of the
 //! history. A step that does not settle within [`SETTLE`] is a failure of its own (liveness),
 //! and so is anything left behind after the delete: a journal entry, the nftables table, a
-//! pinned BPF object ([`leftovers`]).
+//! pinned BPF object ([`leftovers`]), and any host write not journaled first
+//! ([`record::unjournaled_writes`]).
 
 use super::history::{Event, History, Outcome, Purpose, Values};
 use super::inject::{self, micros, Injected};
@@ -299,6 +300,10 @@ pub fn run_schedule(lab: &Lab, schedule: &Schedule) -> ScheduleReport {
         }
     }
     let history = history(lab, own, started);
+    for node in &nodes {
+        let log = std::fs::read_to_string(lab.write_log(node)).unwrap_or_default();
+        failures.extend(record::unjournaled_writes(node, &log, micros(started)));
+    }
     ScheduleReport {
         schedule: schedule.clone(),
         injected,

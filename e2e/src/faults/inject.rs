@@ -13,9 +13,10 @@
 //! - `AgentCutOff`: an nftables table in the node's namespace drops its packets to the API
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted.
 //! - `StateDirUnwritable`: the agent's state directory made immutable (`chattr +i`, which binds
-//!   root too) for [`UNWRITABLE`]; the agent must write nothing to its host for a revision
-//!   meanwhile, since it cannot journal first, and must not report a revision Failed (its own error is no verdict
-//!   on the revision: it reports Applying, Degraded with reason AgentError, and retries).
+//!   root too) for [`UNWRITABLE`]; the agent must not report a revision Failed (its own error
+//!   is no verdict on the revision: it reports Applying, Degraded with reason AgentError, and
+//!   retries), and every host write must have been journaled first (checked for every write,
+//!   [`super::record::unjournaled_writes`]).
 //!
 //! `VmReboot` needs a VM node, which the process-node campaign does not have: [`inject`]
 //! refuses it.
@@ -174,43 +175,30 @@ fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
 }
 
 /// Makes `node`'s state directory unwritable for [`UNWRITABLE`] and checks that the agent
-/// wrote nothing to its host for a revision meanwhile (journal first; a restarted agent's
-/// recovery may still put `before` values back, which leaves host and journal agreeing) and
-/// reported no revision Failed (its own error is no verdict on a revision); the note counts the
-/// reports that said why (named the journal).
+/// reported no revision Failed meanwhile (its own error is no verdict on a revision); the note
+/// counts the reports that said why (named the journal). That every host write meanwhile was
+/// journaled first is the campaign's check of every write ([`record::unjournaled_writes`]).
 fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
-    let log = lab.write_log(&node);
     let from = micros(SystemTime::now());
     let immutable = Immutable::new(lab.agent_state_dir(&node));
     std::thread::sleep(UNWRITABLE);
     let until = micros(SystemTime::now());
     drop(immutable);
-    let during = |m: Option<u64>| m.is_some_and(|m| m > from && m < until);
-    let writes = std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|e| !e["wrote"]["revision"].is_null() && during(e["micros"].as_u64()))
-        .count();
     let reports: Vec<(String, String)> = record::from_audit_reports(&lab.audit_events(), &node)
         .into_iter()
-        .filter(|(m, _, _)| during(Some(*m)))
+        .filter(|(m, _, _)| *m > from && *m < until)
         .map(|(_, state, message)| (state, message))
         .collect();
     let said_why = reports
         .iter()
         .filter(|(_, m)| m.contains("journal"))
         .count();
-    let failed = reports.iter().find(|(state, _)| state == "Failed");
-    let violation = if writes > 0 {
-        Some(format!(
-            "{node} wrote its host for a revision {writes} times while its journal could not be saved"
-        ))
-    } else {
-        failed.map(|(_, m)| {
+    let violation = reports
+        .iter()
+        .find(|(state, _)| state == "Failed")
+        .map(|(_, m)| {
             format!("{node} reported a revision Failed while its journal could not be saved: {m}")
-        })
-    };
+        });
     Injected {
         fault,
         node: Some(node.clone()),

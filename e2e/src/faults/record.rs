@@ -208,6 +208,45 @@ pub fn from_write_log(node: &str, log: &str) -> Vec<Timed> {
     out
 }
 
+/// The host writes in `node`'s write log at or after `since` that were not journaled first:
+/// every write must come while the journal on disk holds a transaction whose `before` names the
+/// setting, to the same revision (a write that restores a value: any transaction). That is what
+/// makes an interrupted transaction revertible, whatever happens to the state directory after
+/// the journal was saved.
+pub fn unjournaled_writes(node: &str, log: &str, since: u64) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut transaction = Value::Null;
+    for entry in log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        if let Some(journal) = entry.get("journal") {
+            transaction = journal["transaction"].clone();
+            continue;
+        }
+        let wrote = &entry["wrote"];
+        let Some(key) = wrote["target"].as_str() else {
+            continue;
+        };
+        if entry["micros"].as_u64().is_none_or(|m| m < since) {
+            continue;
+        }
+        let listed = transaction["before"]
+            .as_array()
+            .is_some_and(|b| b.iter().any(|e| e["target"] == key));
+        let revision = wrote["revision"].as_str();
+        let to = transaction["target"]["revision"].as_str();
+        if !listed || (revision.is_some() && revision != to) {
+            found.push(format!(
+                "{node} wrote {key}={} for {} with no journaled transaction to it (journal: {transaction})",
+                wrote["value"],
+                revision.unwrap_or("a restore")
+            ));
+        }
+    }
+    found
+}
+
 /// One history of every part's events at or after `since`, in time order (events of one
 /// instant keep the order of the parts, and their order within a part).
 pub fn merge(parts: Vec<Vec<Timed>>, since: u64) -> History {
@@ -487,6 +526,23 @@ mod tests {
                 (14, released("b")),
             ]
         );
+    }
+
+    #[test]
+    fn a_write_must_follow_a_journal_save_of_its_transaction() {
+        let log = r#"{"micros": 1, "journal": {"transaction": {"target": {"revision": "r1"}, "before": [{"target": "a", "value": "1"}]}}}
+{"micros": 2, "wrote": {"target": "a", "value": "2", "revision": "r1"}}
+{"micros": 3, "wrote": {"target": "b", "value": "2", "revision": "r1"}}
+{"micros": 4, "wrote": {"target": "a", "value": "2", "revision": "r2"}}
+{"micros": 5, "wrote": {"target": "a", "value": "1", "revision": null}}
+{"micros": 6, "journal": {"originals": []}}
+{"micros": 7, "wrote": {"target": "a", "value": "1", "revision": null}}"#;
+        let found = unjournaled_writes("n", log, 0);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("n wrote b=\"2\" for r1"));
+        assert!(found[1].starts_with("n wrote a=\"2\" for r2"));
+        assert!(found[2].starts_with("n wrote a=\"1\" for a restore"));
+        assert_eq!(unjournaled_writes("n", log, 6).len(), 1);
     }
 
     #[test]
