@@ -299,11 +299,17 @@ pub fn run_schedule(lab: &Lab, schedule: &Schedule) -> ScheduleReport {
             }
         }
     }
-    let history = history(lab, own, started);
-    for node in &nodes {
-        let log = std::fs::read_to_string(lab.write_log(node)).unwrap_or_default();
-        failures.extend(record::unjournaled_writes(node, &log, micros(started)));
+    let logs: Vec<(String, String)> = nodes
+        .iter()
+        .map(|n| {
+            let log = std::fs::read_to_string(lab.write_log(n)).unwrap_or_default();
+            (n.clone(), log)
+        })
+        .collect();
+    for (node, log) in &logs {
+        failures.extend(record::unjournaled_writes(node, log, micros(started)));
     }
+    let history = history(lab, own, &logs, started);
     ScheduleReport {
         schedule: schedule.clone(),
         injected,
@@ -494,10 +500,7 @@ fn settled(lab: &Lab, step: usize) -> Result<(), String> {
         .filter_map(|nt| Some((nt["metadata"]["name"].as_str()?, nt)))
         .collect();
     for node in lab.node_names() {
-        let journal = std::fs::read_to_string(lab.agent_state_dir(&node).join("journal.json"))
-            .ok()
-            .and_then(|text| serde_json::from_str::<Value>(&text).ok())
-            .unwrap_or(Value::Null);
+        let journal = inject::journal(lab, &node);
         if !journal["transaction"].is_null() {
             return Err(format!("{node}'s journal holds a transaction"));
         }
@@ -566,14 +569,14 @@ fn host(lab: &Lab, node: &str) -> Values {
 }
 
 /// The schedule's history since `started`: the campaign's own events (baselines, quiet points)
-/// with the audit log's and every agent's write log's.
-fn history(lab: &Lab, own: Vec<Timed>, started: SystemTime) -> History {
+/// with the audit log's and those of every agent's write log in `logs` (node, log).
+fn history(lab: &Lab, own: Vec<Timed>, logs: &[(String, String)], started: SystemTime) -> History {
     let since = micros(started);
     let mut parts = vec![own, record::from_audit(&lab.audit_events(), since, 1)];
-    for node in lab.node_names() {
-        let log = std::fs::read_to_string(lab.write_log(&node)).unwrap_or_default();
-        parts.push(record::from_write_log(&node, &log));
-    }
+    parts.extend(
+        logs.iter()
+            .map(|(node, log)| record::from_write_log(node, log)),
+    );
     record::merge(parts, since)
 }
 

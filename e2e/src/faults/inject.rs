@@ -141,10 +141,7 @@ fn kill_in_transaction(
     };
     std::thread::sleep(Duration::from_millis(fault.delay_ms % 400));
     lab.kill_agent(&node, Signal::Kill);
-    let journal = std::fs::read_to_string(lab.agent_state_dir(&node).join("journal.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok());
-    let hit = journal.is_some_and(|j| !j["transaction"].is_null());
+    let hit = !journal(lab, &node)["transaction"].is_null();
     lab.start_agent(&node, &[]);
     let note = if hit {
         format!("killed in {what}")
@@ -208,6 +205,14 @@ fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
         ),
         violation,
     }
+}
+
+/// `node`'s journal as it is on disk (null when it is missing or unreadable).
+pub fn journal(lab: &Lab, node: &str) -> Value {
+    std::fs::read_to_string(lab.agent_state_dir(node).join("journal.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null)
 }
 
 /// Microseconds since the epoch.
