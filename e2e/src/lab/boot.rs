@@ -108,6 +108,8 @@ impl Lab {
         phase(self, "namespace, RBAC and nodes applied");
         self.mint_tokens(&pki)?;
         phase(self, "tokens minted");
+        self.await_write_guards()?;
+        phase(self, "write guards enforced");
         self.start_workloads()?;
         phase(self, "operator and agents started");
         Ok(())
@@ -196,6 +198,39 @@ impl Lab {
             self.nodes.objects()
         );
         self.kubectl.run(&["apply", "-f", "-"], Some(&objects))?;
+        Ok(())
+    }
+
+    /// Waits until the API server enforces the chart's ValidatingAdmissionPolicies. It loads a
+    /// new policy and binding a moment after they are stored (from its informers), and until
+    /// then lets through what they would refuse. Each is probed with a server-side dry run that
+    /// only it refuses: an unbound agent token creating a heartbeat Lease (the write guard), and
+    /// the admin creating a NodeTuning with a config (the spec guard).
+    fn await_write_guards(&self) -> Result<()> {
+        let lease = format!(
+            "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{\"name\":\"hoststack-agent-guard-probe\",\"namespace\":\"{NAMESPACE}\"}}}}"
+        );
+        let spec = r#"{"apiVersion":"hoststack.dev/v1alpha1","kind":"NodeTuning","metadata":{"name":"guard-probe"},"spec":{"tuning":"probe","revision":"probe","config":{}}}"#;
+        let probes = [
+            ("hoststack-agent-own-node", Identity::Agent, lease.as_str()),
+            ("hoststack-node-spec-guard", Identity::Admin, spec),
+        ];
+        for (policy, identity, object) in probes {
+            let refusal = format!("ValidatingAdmissionPolicy '{policy}'");
+            let kubeconfig = self.kubeconfigs.of(identity);
+            self.control_plane.await_ready(
+                &format!("the API server to enforce {refusal}"),
+                Duration::from_secs(60),
+                || {
+                    let out = self.kubectl.output_as(
+                        kubeconfig,
+                        &["create", "--dry-run=server", "-f", "-"],
+                        Some(object),
+                    );
+                    !out.status.success() && String::from_utf8_lossy(&out.stderr).contains(&refusal)
+                },
+            )?;
+        }
         Ok(())
     }
 
