@@ -38,8 +38,22 @@ pub const FD_SLACK: usize = 4;
 pub struct Usage {
     /// Resident set size, KiB (`VmRSS`).
     pub rss_kib: u64,
+    /// Its anonymous part, KiB (`RssAnon`: the heap and stacks; the rest is the binary's pages
+    /// and other files, which grow as code paths are first run).
+    pub anon_kib: u64,
     /// Open file descriptors.
     pub fds: usize,
+}
+
+/// One process's slopes over a soak, per minute.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Slopes {
+    /// Resident memory, KiB per minute.
+    pub rss: f64,
+    /// Its anonymous part, KiB per minute.
+    pub anon: f64,
+    /// Open file descriptors per minute.
+    pub fds: f64,
 }
 
 /// The operator's and every agent's usage at one quiet point.
@@ -61,9 +75,9 @@ pub struct SoakReport {
 }
 
 impl SoakReport {
-    /// Each process's slopes over the samples: resident memory in KiB per minute and open file
-    /// descriptors per minute (least squares).
-    pub fn slopes(&self) -> BTreeMap<String, (f64, f64)> {
+    /// Each process's slopes over the samples (least squares): resident memory and its
+    /// anonymous part in KiB per minute, and open file descriptors per minute.
+    pub fn slopes(&self) -> BTreeMap<String, Slopes> {
         let names = self
             .samples
             .first()
@@ -78,9 +92,12 @@ impl SoakReport {
                         .filter_map(|s| Some((s.at.as_secs_f64() / 60.0, f(s.usage.get(&name)?))))
                         .collect()
                 };
-                let rss = slope(&points(&|u| u.rss_kib as f64));
-                let fds = slope(&points(&|u| u.fds as f64));
-                (name, (rss, fds))
+                let slopes = Slopes {
+                    rss: slope(&points(&|u| u.rss_kib as f64)),
+                    anon: slope(&points(&|u| u.anon_kib as f64)),
+                    fds: slope(&points(&|u| u.fds as f64)),
+                };
+                (name, slopes)
             })
             .collect()
     }
@@ -113,22 +130,39 @@ impl fmt::Display for SoakReport {
         writeln!(f, "{} samples at quiet points", self.samples.len())?;
         writeln!(
             f,
-            "{:<16} {:>10} {:>10} {:>6} {:>6} {:>12} {:>9}",
-            "process", "rss first", "rss last", "fds 1st", "last", "rss KiB/min", "fds/min"
+            "{:<16} {:>10} {:>10} {:>11} {:>10} {:>7} {:>6} {:>12} {:>13} {:>8}",
+            "process",
+            "rss first",
+            "rss last",
+            "anon first",
+            "anon last",
+            "fds 1st",
+            "last",
+            "rss KiB/min",
+            "anon KiB/min",
+            "fds/min"
         )?;
         let slopes = self.slopes();
         let (first, last) = match (self.samples.first(), self.samples.last()) {
             (Some(first), Some(last)) => (first, last),
             _ => return Ok(()),
         };
-        for (name, (rss_slope, fd_slope)) in &slopes {
+        for (name, per_minute) in &slopes {
             let (Some(a), Some(b)) = (first.usage.get(name), last.usage.get(name)) else {
                 continue;
             };
             writeln!(
                 f,
-                "{name:<16} {:>10} {:>10} {:>6} {:>6} {rss_slope:>12.1} {fd_slope:>9.2}",
-                a.rss_kib, b.rss_kib, a.fds, b.fds
+                "{name:<16} {:>10} {:>10} {:>11} {:>10} {:>7} {:>6} {:>12.1} {:>13.1} {:>8.2}",
+                a.rss_kib,
+                b.rss_kib,
+                a.anon_kib,
+                b.anon_kib,
+                a.fds,
+                b.fds,
+                per_minute.rss,
+                per_minute.anon,
+                per_minute.fds
             )?;
         }
         for (name, before, after) in self.fd_leaks() {
@@ -178,15 +212,21 @@ fn sample(lab: &Lab, at: Duration) -> Sample {
 /// A process's usage, from /proc (`None` once it has exited).
 fn usage(pid: u32) -> Option<Usage> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let kib = |field: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
-    Some(Usage { rss_kib, fds })
+    Some(Usage {
+        rss_kib: kib("VmRSS:")?,
+        anon_kib: kib("RssAnon:")?,
+        fds,
+    })
 }
 
 /// The least-squares slope of `points` (x, y); 0 for fewer than two distinct x.
@@ -208,7 +248,15 @@ mod tests {
     use super::*;
 
     fn at(minutes: u64, fds: usize, rss_kib: u64) -> Sample {
-        let usage = [("operator".to_string(), Usage { rss_kib, fds })].into();
+        let usage = [(
+            "operator".to_string(),
+            Usage {
+                rss_kib,
+                anon_kib: rss_kib / 2,
+                fds,
+            },
+        )]
+        .into();
         Sample {
             at: Duration::from_secs(minutes * 60),
             usage,
@@ -224,7 +272,14 @@ mod tests {
             samples,
         };
         let steady = report(vec![at(0, 20, 1000), at(1, 22, 1100), at(2, 24, 1200)]);
-        assert_eq!(steady.slopes()["operator"], (100.0, 2.0));
+        assert_eq!(
+            steady.slopes()["operator"],
+            Slopes {
+                rss: 100.0,
+                anon: 50.0,
+                fds: 2.0
+            }
+        );
         assert!(steady.fd_leaks().is_empty() && steady.passed());
         let leaking = report(vec![at(0, 20, 1000), at(5, 25, 1000)]);
         assert_eq!(leaking.fd_leaks(), vec![("operator".to_string(), 20, 25)]);
