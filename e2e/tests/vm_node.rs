@@ -8,14 +8,16 @@
 //! the facts; Plan mode changes nothing (and lifts the guard only there); hugepages per NUMA
 //! node and an impossible count; NIC channels, rings, offloads and MTU, IRQ affinity, RPS and
 //! XPS, and their revert; the DPDK binding to vfio-pci, a real dpdk-testpmd answering pings
-//! from a namespace on the lab bridge, and the revert to virtio-pci; SIGKILL of the agent
-//! between unbind and bind. Waits on the guest are budgets of its progress, not of wall time
+//! from a namespace on the lab bridge, and the revert to virtio-pci; a power cut while the
+//! node is on a revision (the agent re-applies it after the boot, and the delete restores the
+//! pre-tuning values from its journal); SIGKILL of the agent between unbind and bind. Waits on the guest are budgets of its progress, not of wall time
 //! (`Lab::wait_for_guest`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hoststack_e2e::prometheus::{revision_transactions, scrape};
+use hoststack_e2e::faults::inject;
+use hoststack_e2e::prometheus::{revision_transactions, sample, scrape};
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI, MGMT_IF, MGMT_PCI};
 use hoststack_e2e::{Lab, LabConfig, NodeSpec};
 
@@ -173,7 +175,7 @@ fn combined_channels(vm: &Vm) -> String {
 
 /// Everything observable about the data NIC and the hugepage pools, to prove "nothing
 /// changed": link, ethtool -l/-g/-k, queue directories, IRQ affinities, RPS/XPS masks, the
-/// per-node hugepage counts and the PCI driver.
+/// per-node hugepage counts, the PCI driver and somaxconn.
 fn snapshot(vm: &Vm) -> String {
     vm.run(&format!(
         "ip -o link show {DATA_IF} | sed 's/ state [A-Z]*//'; ethtool -l {DATA_IF}; \
@@ -182,7 +184,8 @@ fn snapshot(vm: &Vm) -> String {
          for q in /sys/class/net/{DATA_IF}/queues/tx-*; do echo $q $(cat $q/xps_cpus); done; \
          for i in $(ls /sys/bus/pci/devices/{DATA_PCI}/msi_irqs); do \
            echo irq $i $(cat /proc/irq/$i/smp_affinity_list); done; \
-         cat {HUGE_NODE0} {HUGE_NODE1}; readlink /sys/bus/pci/devices/{DATA_PCI}/driver"
+         cat {HUGE_NODE0} {HUGE_NODE1}; readlink /sys/bus/pci/devices/{DATA_PCI}/driver; \
+         echo somaxconn $(cat /proc/sys/net/core/somaxconn)"
     ))
 }
 
@@ -276,6 +279,11 @@ fn vm_node_tunes_channels_rings_offloads_mtu_irqs_rps_and_xps() {
 #[test]
 fn vm_node_binds_its_data_nic_to_vfio_for_a_real_dpdk_and_back() {
     on_a_fresh_vm_node(step_dpdk_binding_and_testpmd);
+}
+
+#[test]
+fn vm_node_reapplies_its_revision_after_a_power_cut_and_a_delete_restores_the_originals() {
+    on_a_fresh_vm_node(step_power_cut);
 }
 
 #[test]
@@ -797,4 +805,92 @@ fn step_kill_between_unbind_and_bind(lab: &Lab, vm: &Vm) {
     assert!(vm
         .exec(&format!("test -e /sys/class/net/{DATA_IF}"))
         .success());
+}
+
+/// The power of the VM node cut while it is on a revision, and the node booted again (issue
+/// 18): the host comes back with boot-time values, the agent (started by the guest's init)
+/// finds its journal, re-applies the revision as drift, and its journal still holds the
+/// pre-tuning originals, so the delete afterwards restores exactly those.
+fn step_power_cut(lab: &Lab, vm: &Vm) {
+    // Pre-tuning values none of which the guest boots with (4 combined channels, not 2; 8 pages
+    // on node 0, not 0; somaxconn 1000, not 4096), so that a journal which took the boot-time
+    // values for originals would show at the delete.
+    vm.run(&format!(
+        "ethtool -L {DATA_IF} combined 4 && echo 8 > {HUGE_NODE0} && \
+         sysctl -qw net.core.somaxconn=1000"
+    ));
+    let originals = snapshot(vm);
+    apply(
+        lab,
+        "  hugepages:\n  - size: 2Mi\n    numaNode: 0\n    count: 64\n  \
+         - size: 2Mi\n    numaNode: 1\n    count: 32\n  sysctls:\n    net.core.somaxconn: \"2048\"\n  \
+         interfaces:\n  - match:\n      name: eth1\n    channels:\n      combined: 3\n",
+    );
+    let applied = await_applied(lab);
+    let revision = applied["observedRevision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let tuned = managed_by_the_power_cut_revision(vm);
+    assert_eq!(tuned, ["64", "32", "2048", "3"]);
+    let journal = inject::journal(lab, NODE);
+    assert_eq!(
+        journal["applied"]["revision"],
+        revision.as_str(),
+        "{journal:#}"
+    );
+    let journaled = journal["originals"].clone();
+    assert!(
+        journaled.as_array().is_some_and(|o| o.len() >= 4),
+        "the journal keeps the originals of the hugepages, the sysctl and the channels: {journal:#}"
+    );
+
+    let booted = lab.reboot_vm(NODE);
+    eprintln!("{NODE} booted again in {booted:?} after its power was cut");
+    // The new agent found the host off its revision: its drift counter (which starts at 0 with
+    // the process) counts the transaction that set the revision's values again.
+    lab.wait_for_guest(NODE, "the agent to re-apply its revision", CONVERGE, || {
+        let metrics = scrape(lab.agent_metrics_address(NODE))?;
+        let drifted = sample(&metrics, "hoststack_agent_drift_total")?;
+        let state = status_state(lab);
+        (drifted >= 1 && state == "Applied" && managed_by_the_power_cut_revision(vm) == tuned)
+            .then_some(())
+    });
+    assert_eq!(status(lab)["observedRevision"], revision.as_str());
+    let journal = inject::journal(lab, NODE);
+    assert_eq!(
+        journal["applied"]["revision"],
+        revision.as_str(),
+        "{journal:#}"
+    );
+    assert_eq!(
+        journal["originals"], journaled,
+        "the re-application changed the journal's originals"
+    );
+
+    delete_and_await_revert(lab);
+    assert_guest_unchanged(
+        vm,
+        &originals,
+        "the delete after the reboot did not restore the pre-tuning values",
+    );
+}
+
+/// What the power-cut step's revision sets: node 0's and node 1's 2 MiB pages, somaxconn and
+/// the data NIC's combined channels.
+fn managed_by_the_power_cut_revision(vm: &Vm) -> [String; 4] {
+    [
+        read(vm, HUGE_NODE0),
+        read(vm, HUGE_NODE1),
+        read(vm, "/proc/sys/net/core/somaxconn"),
+        combined_channels(vm),
+    ]
+}
+
+/// The NodeTuning's status state ("" before the agent reported).
+fn status_state(lab: &Lab) -> String {
+    status(lab)["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }

@@ -445,6 +445,17 @@ impl Lab {
             .unwrap_or_else(|e| panic!("restarting the API server: {e}"));
     }
 
+    /// Cuts the power of VM node `node` and boots it again (see docs/vm-node.md): the host comes
+    /// back with its kernel's boot-time settings and the agent, started by the guest's init,
+    /// with the state directory it had. Returns once the guest is ready (not the agent); how
+    /// long the boot took.
+    pub fn reboot_vm(&self, node: &str) -> Duration {
+        self.nodes.get(node);
+        self.vm_nodes
+            .reboot(node, &self.spawner, &self.log)
+            .unwrap_or_else(|e| panic!("rebooting VM node {node}: {e}"))
+    }
+
     /// Stops and starts the operator (same leader-election identity).
     pub fn restart_operator(&self) {
         self.stop_operator();

@@ -5,6 +5,7 @@
 
 use super::network;
 use crate::config::{NodeKind, NodeSpec};
+use crate::vm;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -18,14 +19,24 @@ pub(crate) struct Node {
     pub netns: String,
     /// Its eth0 address, 198.18.k.(10+i).
     pub ip: Ipv4Addr,
-    /// The agent's `--state-dir`, `<lab dir>/nodes/<node>/state`.
+    /// The agent's state directory on the host, `<lab dir>/nodes/<node>/state` (a VM node's is
+    /// in its share, `<lab dir>/nodes/<node>/vm/state`).
     pub state_dir: PathBuf,
 }
 
-/// `node`'s agent's write log, `<lab dir>/nodes/<node>/writes.jsonl`: beside the state
-/// directory, so that a fault which makes the state directory unwritable leaves it alone.
+/// `node`'s agent's write log, `writes.jsonl` beside its state directory (a VM node's is in its
+/// share, where the guest's agent writes it), so that a fault which makes the state directory unwritable leaves it alone.
 pub fn write_log(node: &Node) -> PathBuf {
     node.state_dir.with_file_name("writes.jsonl")
+}
+
+/// The agent's state directory of a node of `kind` whose node directory is `node_dir`, on the
+/// host: a VM node's is in its share ([`vm::host_state_dir`]).
+fn state_dir(node_dir: &Path, kind: NodeKind) -> PathBuf {
+    match kind {
+        NodeKind::Vm => vm::host_state_dir(node_dir),
+        NodeKind::Process | NodeKind::Kubelet => node_dir.join("state"),
+    }
 }
 
 /// The nodes of one lab, in configuration order.
@@ -44,7 +55,7 @@ impl Nodes {
                 spec: spec.clone(),
                 netns: network::netns_name(index, &spec.name),
                 ip: network::node_ip(index, i),
-                state_dir: lab_dir.join("nodes").join(&spec.name).join("state"),
+                state_dir: state_dir(&lab_dir.join("nodes").join(&spec.name), spec.kind),
             })
             .collect();
         Nodes { index, nodes }

@@ -1,7 +1,8 @@
 //! The lab's VM nodes ([`crate::NodeKind::Vm`]), on top of [`crate::vm`]: for each, a
 //! [`Vm`] prepared in its node's namespace (kernel, initramfs, wiring, the agent's launcher
 //! with the flags of [`super::workloads`]), its qemu started as a lab process, and its guest
-//! awaited; at teardown each guest stops its agent and powers off, then its taps go.
+//! awaited; a reboot cuts a guest's power and boots it again; at teardown each guest stops its
+//! agent and powers off, then its taps go.
 
 use super::network;
 use super::nodes::Nodes;
@@ -10,7 +11,7 @@ use super::workloads::Workloads;
 use crate::config::NodeKind;
 use crate::process::{self, Managed, ProcessState, Spawner};
 use crate::vm::{self, Vm};
-use crate::Result;
+use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -101,6 +102,38 @@ impl VmNodes {
             ));
         }
         Ok(())
+    }
+
+    /// Cuts the power of VM node `node` (SIGKILL of its qemu) and starts it again: the guest
+    /// boots afresh, with its kernel's boot-time settings, and its init starts the agent on the
+    /// state directory it had (see [`vm::GUEST_STATE_DIR`]). Returns how long the new boot
+    /// took until the guest was ready.
+    pub fn reboot(&self, node: &str, spawner: &Spawner, log: &LabLog) -> Result<Duration> {
+        let machine = self
+            .get(node)
+            .ok_or_else(|| Error::Setup(format!("{node} is not a running VM node")))?;
+        let process = machine.process_name();
+        let mut qemu = self
+            .qemu()
+            .remove(&process)
+            .ok_or_else(|| Error::Setup(format!("{node} has no qemu")))?;
+        qemu.kill().map_err(Error::Setup)?;
+        machine.forget_boot()?;
+        let qemu = spawner.respawn(&qemu)?;
+        let started = Instant::now();
+        self.qemu().insert(process.clone(), qemu);
+        let booted = machine.await_boot(started, VM_BOOT_TIMEOUT, || {
+            self.qemu()
+                .get_mut(&process)
+                .map_or(Some("gone".to_string()), |p| {
+                    p.exited().map(|s| s.to_string())
+                })
+        })?;
+        log.note(&format!(
+            "VM node {node}: power cut; guest ready again {:.2}s after qemu started",
+            booted.as_secs_f64()
+        ));
+        Ok(booted)
     }
 
     fn qemu(&self) -> MutexGuard<'_, BTreeMap<String, Managed>> {

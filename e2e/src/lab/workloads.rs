@@ -38,7 +38,7 @@ pub(crate) struct Launch {
     pub operator_args: Vec<String>,
     /// Extra arguments of every agent.
     pub agent_args: Vec<String>,
-    /// Whether process nodes' agents keep a write log ([`super::nodes::write_log`]).
+    /// Whether the agents keep a write log ([`super::nodes::write_log`]).
     pub record_writes: bool,
     /// The image the operator puts into the agent DaemonSet.
     pub agent_image: String,
@@ -214,10 +214,6 @@ impl Workloads {
         ));
         let runner = self.launch.userstack.display().to_string();
         argv.extend(args(&["--userstack-binary", &runner]));
-        if self.launch.record_writes {
-            let log = super::nodes::write_log(node).display().to_string();
-            argv.extend(args(&["--write-log", &log]));
-        }
         argv.extend(args(extra));
         let agent = spawner.spawn(
             &format!("agent {name}"),
@@ -234,7 +230,8 @@ impl Workloads {
         &self.launch.agent
     }
 
-    /// The flags every agent gets (a VM node's guest paths for state and bpffs differ).
+    /// The flags every agent gets (a VM node's guest paths for state and bpffs differ; its
+    /// write log is in its share, at the same path in the guest).
     pub fn agent_flags(&self, node: &Node, state_dir: &Path, bpffs_root: &Path) -> Vec<String> {
         let mut argv = args(&[
             "--node-name",
@@ -250,6 +247,10 @@ impl Workloads {
             "--bpffs-root",
             &bpffs_root.display().to_string(),
         ]);
+        if self.launch.record_writes {
+            let log = super::nodes::write_log(node).display().to_string();
+            argv.extend(args(&["--write-log", &log]));
+        }
         argv.extend(self.launch.agent_args.iter().cloned());
         argv
     }

@@ -63,6 +63,18 @@ impl Channel {
         })
     }
 
+    /// Removes every request and answer (after the guest's power was cut, none will be
+    /// answered).
+    pub fn clear(&self) -> Result<()> {
+        let entries = std::fs::read_dir(&self.dir)
+            .map_err(|e| Error::io(format!("listing {}", self.dir.display()), e))?;
+        for entry in entries.flatten() {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| Error::io(format!("removing {}", entry.path().display()), e))?;
+        }
+        Ok(())
+    }
+
     /// Hands `script` to the guest without waiting for it.
     pub fn submit(&self, script: &str, shell: Shell) -> Result<u64> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

@@ -69,6 +69,10 @@ mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
 mount -t tmpfs -o mode=755 run /host/run
+# The agent's state directory is the share's state/, so that it outlives a reboot as a node's
+# disk does.
+mkdir -p /share/state "/host$STATE_DIR"
+mount --bind /share/state "/host$STATE_DIR" || fail "bind-mounting the state directory at $STATE_DIR"
 mkdir -p /host/dev/hugepages
 mount -t hugetlbfs hugetlbfs /host/dev/hugepages
 mount --bind /share "/host$HOST_SHARE" || fail "bind-mounting the share at $HOST_SHARE"

@@ -36,8 +36,13 @@ use std::time::{Duration, Instant};
 pub const MGMT_IF: &str = "eth0";
 /// The data NIC's name in the guest.
 pub const DATA_IF: &str = "eth1";
-/// The agent's `--state-dir` in the guest (a tmpfs: it survives agent restarts, not reboots).
+/// The agent's `--state-dir` in the guest: the share's [`SHARE_STATE_DIR`], bind-mounted, so
+/// that the journal outlives a reboot as it does on a node's disk.
 pub const GUEST_STATE_DIR: &str = "/run/hoststack/state";
+/// The agent's state directory in the node's share (`<lab>/nodes/<node>/vm/state` on the host).
+const SHARE_STATE_DIR: &str = "state";
+/// The node's share in its node directory.
+const SHARE: &str = "vm";
 /// The agent's `--bpffs-root` in the guest (the guest's own bpffs).
 pub const GUEST_BPFFS_ROOT: &str = "/sys/fs/bpf/hoststack";
 /// The agent's pid file in the guest.
@@ -112,7 +117,7 @@ impl Vm {
         let started = Instant::now();
         let kernel = kernel::ensure()?;
         let node_dir = place.lab_dir.join("nodes").join(place.node);
-        let share = node_dir.join("vm");
+        let share = node_dir.join(SHARE);
         let heartbeat = Heartbeat::in_share(&share);
         let channel = Channel::create(share.join("cmd"), heartbeat.clone())?;
         let monitor = node_dir.join("monitor.sock");
@@ -139,12 +144,13 @@ impl Vm {
             data_mac: mac(0x13),
         };
         let config = format!(
-            "MGMT_MAC={}\nDATA_MAC={}\nMGMT_ADDR={}/24\nGATEWAY={}\nHOST_SHARE={}\n",
+            "MGMT_MAC={}\nDATA_MAC={}\nMGMT_ADDR={}/24\nGATEWAY={}\nHOST_SHARE={}\nSTATE_DIR={}\n",
             spec.mgmt_mac,
             spec.data_mac,
             place.ip,
             place.gateway,
-            quote(&share.display().to_string())
+            quote(&share.display().to_string()),
+            quote(GUEST_STATE_DIR)
         );
         write(&share.join("config.env"), &config)?;
         if let Some(agent) = agent {
@@ -219,6 +225,21 @@ impl Vm {
         let took = launched.elapsed();
         let _ = self.booted_in.set(took);
         Ok(took)
+    }
+
+    /// Forgets the guest's last boot after its power was cut: its `ready` mark, its heartbeat
+    /// and the requests it had not answered, so that [`Vm::await_boot`] waits for the next boot
+    /// and the next runner starts from an empty channel.
+    pub(crate) fn forget_boot(&self) -> Result<()> {
+        for file in [self.share.join("ready"), self.share.join("heartbeat")] {
+            match std::fs::remove_file(&file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(format!("removing {}", file.display()), e))
+                }
+                _ => {}
+            }
+        }
+        self.channel.clear()
     }
 
     /// Asks the guest to stop its agent (SIGTERM, 5 s) and power off, waits for qemu to exit
@@ -442,6 +463,12 @@ impl Vm {
     pub fn booted_in(&self) -> Option<Duration> {
         self.booted_in.get().copied()
     }
+}
+
+/// The agent's state directory of the VM node whose node directory is `node_dir`, as the host
+/// sees it (the guest's [`GUEST_STATE_DIR`]).
+pub(crate) fn host_state_dir(node_dir: &Path) -> PathBuf {
+    node_dir.join(SHARE).join(SHARE_STATE_DIR)
 }
 
 /// The launcher the guest runs in its chroot: the agent with the lab's flags plus `"$@"`, its
