@@ -5,9 +5,14 @@
 //! (hoststack_e2e::faults). Enough schedules run that every fault kind is drawn at least twice;
 //! a schedule that once failed is kept in [`REGRESSIONS`] and runs first.
 //!
-//! The full campaign: `hoststack-lab faults --schedules 200` (docs/lab.md).
+//! A second lab has three process nodes and a VM node, whose power is cut inside its
+//! transactions and reverts (the guest boots again with its kernel's boot-time values, its agent
+//! on the journal it had), under the same script and invariants.
+//!
+//! The full campaign: `hoststack-lab faults --schedules 200` (docs/lab.md); the VM one:
+//! `hoststack-lab faults --vm --schedules 20`.
 
-use hoststack_e2e::faults::campaign::{self, EVENT_KINDS, KINDS, SCRIPT};
+use hoststack_e2e::faults::campaign::{self, EVENT_KINDS, KINDS, SCRIPT, VM_KINDS};
 use hoststack_e2e::faults::history::{Event, Outcome, Purpose};
 use hoststack_e2e::faults::invariants;
 use hoststack_e2e::faults::schedule::{covering, FaultKind, Schedule};
@@ -82,5 +87,20 @@ fn seeded_faults_break_no_invariant_over_whole_histories() {
     });
     let found = invariants::check(&forged);
     assert!(found.iter().any(|v| v.invariant == 1), "{found:?}");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn power_cuts_of_a_vm_node_in_its_transactions_break_no_invariant() {
+    let lab = Lab::start(campaign::vm_lab_config()).expect("lab with a VM node starts");
+    let schedules = covering(SCRIPT, VM_KINDS, 2);
+    let report = campaign::run(&lab, &schedules);
+    println!("{report}");
+    let (injected, hit) = report.injected(FaultKind::VmReboot);
+    assert!(
+        injected >= 2 && hit >= 1,
+        "VmReboot: {injected} injected, {hit} cut a transaction\n{report}"
+    );
+    assert!(report.failed().is_empty(), "{report}");
     lab.stop().expect("the lab stops cleanly");
 }

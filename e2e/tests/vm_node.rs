@@ -845,7 +845,8 @@ fn step_power_cut(lab: &Lab, vm: &Vm) {
         "the journal keeps the originals of the hugepages, the sysctl and the channels: {journal:#}"
     );
 
-    let booted = lab.reboot_vm(NODE);
+    lab.cut_vm_power(NODE);
+    let booted = lab.power_on_vm(NODE);
     eprintln!("{NODE} booted again in {booted:?} after its power was cut");
     // The new agent found the host off its revision: its drift counter (which starts at 0 with
     // the process) counts the transaction that set the revision's values again.

@@ -7,8 +7,9 @@
 //!   everything down.
 //! - `hoststack-lab up --process-nodes [--vm-nodes 1]`: the faster lab without kubelets (the
 //!   operator and agents as processes), with VM node vm-a labelled pool=vm.
-//! - `hoststack-lab faults [--schedules 200] [--first-seed 1] [--seed N]` runs the fault
-//!   campaign (hoststack_e2e::faults) on a lab of four process nodes: seeded schedules of real
+//! - `hoststack-lab faults [--schedules 200] [--first-seed 1] [--seed N] [--vm]` runs the fault
+//!   campaign (hoststack_e2e::faults) on a lab of four process nodes (`--vm`: three and a VM
+//!   node, whose power it cuts): seeded schedules of real
 //!   faults while a rollout script runs, the invariants checked over each history; it prints a
 //!   line per schedule and the report, and exits 1 when any schedule found something wrong.
 //! - `hoststack-lab soak [--minutes 60] [--every 60]` runs the campaign's script over and over
@@ -69,6 +70,10 @@ enum Cmd {
         /// Replay this one seed instead (e.g. one a failed run printed).
         #[arg(long, conflicts_with_all = ["schedules", "first_seed"])]
         seed: Option<u64>,
+        /// The VM campaign: power cuts of a VM node in its transactions, on three process nodes
+        /// and the VM node.
+        #[arg(long)]
+        vm: bool,
     },
     /// Run the soak: the fault campaign's script over and over, the operator's and agents'
     /// memory and open descriptors sampled at quiet points.
@@ -108,9 +113,10 @@ fn main() -> ExitCode {
             schedules,
             first_seed,
             seed,
+            vm,
         } => match seed {
-            Some(seed) => faults(seed..seed + 1),
-            None => faults(first_seed..first_seed.saturating_add(schedules)),
+            Some(seed) => faults(seed..seed + 1, vm),
+            None => faults(first_seed..first_seed.saturating_add(schedules), vm),
         },
         Cmd::Soak { minutes, every } => soak(
             Duration::from_secs(minutes * 60),
@@ -315,13 +321,19 @@ fn show(lab: &Lab) {
     );
 }
 
-/// Runs the fault campaign for `seeds` on a fresh lab and prints its report.
-fn faults(seeds: std::ops::Range<u64>) -> Result<(), String> {
-    use hoststack_e2e::faults::campaign::{self, KINDS, SCRIPT};
+/// Runs the fault campaign (`vm`: the VM campaign) for `seeds` on a fresh lab and prints its
+/// report.
+fn faults(seeds: std::ops::Range<u64>, vm: bool) -> Result<(), String> {
+    use hoststack_e2e::faults::campaign::{self, KINDS, SCRIPT, VM_KINDS};
     use hoststack_e2e::faults::schedule::Schedule;
-    let lab = Lab::start(campaign::lab_config()).map_err(|e| e.to_string())?;
+    let (config, kinds) = if vm {
+        (campaign::vm_lab_config(), VM_KINDS)
+    } else {
+        (campaign::lab_config(), KINDS)
+    };
+    let lab = Lab::start(config).map_err(|e| e.to_string())?;
     let schedules: Vec<Schedule> = seeds
-        .map(|seed| Schedule::from_seed(seed, SCRIPT, KINDS))
+        .map(|seed| Schedule::from_seed(seed, SCRIPT, kinds))
         .collect();
     let report = campaign::run(&lab, &schedules);
     println!("{report}");

@@ -1,5 +1,5 @@
 //! A fault campaign on a real lab: for each seeded [`Schedule`], a rollout script over four
-//! process nodes while the schedule's faults are injected ([`super::inject`]); then the
+//! process nodes (or three and a VM node, [`vm_lab_config`], for the VM reboot) while the schedule's faults are injected ([`super::inject`]); then the
 //! schedule's whole [`super::history::History`], read from the lab's records
 //! ([`super::record`]), is checked against the invariants ([`super::invariants::check`]).
 //!
@@ -18,6 +18,7 @@ use super::inject::{self, micros, Injected};
 use super::invariants::{self, Violation};
 use super::record::{self, Timed};
 use super::schedule::{Fault, FaultKind, Schedule, Script};
+use crate::vm::GUEST_BPFFS_ROOT;
 use crate::{Lab, LabConfig, NodeSpec};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -38,6 +39,13 @@ pub const SCRIPT: Script = Script {
 
 /// The fault kinds a process-node lab can take: all but the VM reboot, which comes last.
 pub const KINDS: &[FaultKind] = FaultKind::ALL.split_at(FaultKind::ALL.len() - 1).0;
+
+/// The fault kinds of the campaign on [`vm_lab_config`]'s lab: the VM reboot (the others are
+/// the process-node campaign's).
+pub const VM_KINDS: &[FaultKind] = &[FaultKind::VmReboot];
+
+/// The VM node of [`vm_lab_config`].
+pub const VM_NODE: &str = "vm-a";
 
 /// How long a step may take to settle once its faults are healed.
 pub const SETTLE: Duration = Duration::from_secs(240);
@@ -87,12 +95,25 @@ pub fn lab_config() -> LabConfig {
     config
 }
 
+/// The lab of the VM campaign: [`lab_config`]'s with its last process node replaced by VM node
+/// [`VM_NODE`], which comes last in each rollout.
+pub fn vm_lab_config() -> LabConfig {
+    let mut config = lab_config();
+    config.nodes.pop();
+    config
+        .nodes
+        .push(NodeSpec::vm(VM_NODE).label("pool", "edge"));
+    config
+}
+
 /// The step a fault fires in: a kill in a revert fires in the delete (no other step reverts),
-/// a kill in a transaction in one of the three applies.
+/// a kill in a transaction in one of the three applies, a power cut in a step where the VM node
+/// runs a transaction (not C's, which the canary fails before the VM node's turn).
 pub fn step_of(fault: &Fault) -> usize {
     match fault.kind {
         FaultKind::AgentKillInRevert => DELETE_STEP,
         FaultKind::AgentKillInTransaction => fault.step % DELETE_STEP,
+        FaultKind::VmReboot => [0, 1, DELETE_STEP][fault.step % 3],
         _ => fault.step % SCRIPT.steps,
     }
 }
@@ -167,9 +188,11 @@ impl fmt::Display for Report {
         let kinds = EVENT_KINDS.map(|k| format!("{k} {}", self.events(k)));
         writeln!(f, "events: {}", kinds.join(", "))?;
         writeln!(f, "{:<24} {:>8} {:>5}", "fault", "injected", "hit")?;
-        for &kind in KINDS {
+        for kind in FaultKind::ALL {
             let (n, hit) = self.injected(kind);
-            writeln!(f, "{:<24} {n:>8} {hit:>5}", format!("{kind:?}"))?;
+            if n > 0 {
+                writeln!(f, "{:<24} {n:>8} {hit:>5}", format!("{kind:?}"))?;
+            }
         }
         let failed = self.failed();
         writeln!(f, "schedules that found something wrong: {}", failed.len())?;
@@ -340,9 +363,13 @@ fn run_step(lab: &Lab, step: usize, faults: &[Fault]) -> (Result<(), String>, Ve
                     turns
                         .into_iter()
                         .map(|(i, fault)| {
+                            // The faults that aim at a transaction watch for it from the
+                            // step's start and take their delay from when they see it.
                             if !matches!(
                                 fault.kind,
-                                FaultKind::AgentKillInTransaction | FaultKind::AgentKillInRevert
+                                FaultKind::AgentKillInTransaction
+                                    | FaultKind::AgentKillInRevert
+                                    | FaultKind::VmReboot
                             ) {
                                 let due = started + Duration::from_millis(fault.delay_ms);
                                 if let Ok(wait) = due.duration_since(SystemTime::now()) {
@@ -419,18 +446,29 @@ fn tuning_yaml(index: usize) -> String {
 }
 
 /// What the agents left behind after a delete settled: an nftables table `hoststack` in a
-/// node's namespace, or a pinned BPF object under its bpffs root. (Journal entries are part of
-/// settling.)
+/// node's namespace (a VM node's guest), or a pinned BPF object under its bpffs root.
+/// (Journal entries are part of settling.)
 pub fn leftovers(lab: &Lab) -> Vec<String> {
     let mut found = Vec::new();
     for node in lab.node_names() {
-        let tables = lab.exec_in_node(&node, &["nft", "list", "tables"]);
-        let tables = String::from_utf8_lossy(&tables.stdout);
+        let (tables, pins): (String, Vec<String>) = if lab.is_vm(&node) {
+            let vm = lab.vm(&node);
+            let pins = vm.run(&format!(
+                "find {GUEST_BPFFS_ROOT} -type f 2>/dev/null; true"
+            ));
+            (
+                vm.run("nft list tables"),
+                pins.lines().map(String::from).collect(),
+            )
+        } else {
+            let tables = lab.exec_in_node(&node, &["nft", "list", "tables"]);
+            let pins = walk(&lab.agent_bpffs_root(&node));
+            let pins = pins.iter().map(|p| p.display().to_string()).collect();
+            (String::from_utf8_lossy(&tables.stdout).into_owned(), pins)
+        };
         if tables.lines().any(|l| l.trim() == "table inet hoststack") {
             found.push(format!("{node} kept the nftables table inet hoststack"));
         }
-        let root = lab.agent_bpffs_root(&node);
-        let pins = walk(&root);
         if !pins.is_empty() {
             found.push(format!("{node} kept BPF pins: {pins:?}"));
         }
@@ -591,6 +629,14 @@ mod tests {
     }
 
     #[test]
+    fn the_vm_lab_has_the_script_s_nodes_with_the_vm_node_last() {
+        let config = vm_lab_config();
+        assert_eq!(config.nodes.len(), SCRIPT.nodes);
+        assert_eq!(config.nodes.last().map(|n| n.name.as_str()), Some(VM_NODE));
+        assert!(config.nodes.iter().all(|n| n.labels["pool"] == "edge"));
+    }
+
+    #[test]
     fn kills_fire_in_the_steps_that_have_what_they_aim_at() {
         let fault = |kind, step| Fault {
             kind,
@@ -605,6 +651,10 @@ mod tests {
         assert_eq!(step_of(&fault(FaultKind::AgentKillInTransaction, 3)), 0);
         assert_eq!(step_of(&fault(FaultKind::AgentKillInTransaction, 2)), 2);
         assert_eq!(step_of(&fault(FaultKind::EtcdRestart, 3)), 3);
+        let reboots: Vec<usize> = (0..6)
+            .map(|step| step_of(&fault(FaultKind::VmReboot, step)))
+            .collect();
+        assert_eq!(reboots, [0, 1, DELETE_STEP, 0, 1, DELETE_STEP]);
     }
 
     #[test]

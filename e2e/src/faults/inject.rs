@@ -1,4 +1,4 @@
-//! The fault injectors: each [`FaultKind`] done to a running lab of process nodes, and healed
+//! The fault injectors: each [`FaultKind`] done to a running lab, and healed
 //! again before [`inject`] returns (a panic heals too: the guards undo what they did on drop).
 //!
 //! - `OperatorKill`: SIGKILL of the operator, which dies holding its lease; started again at
@@ -18,8 +18,10 @@
 //!   retries), and every host write must have been journaled first (checked for every write,
 //!   [`super::record::unjournaled_writes`]).
 //!
-//! `VmReboot` needs a VM node, which the process-node campaign does not have: [`inject`]
-//! refuses it.
+//! - `VmReboot`: the power of the first VM node seen in a transaction or a revert cut at the
+//!   fault's offset into it (qemu killed: the guest, its agent and any write in flight stop at
+//!   once), and the node powered on again: its host back at boot-time values, its agent started
+//!   by the guest's init on the journal it had. It *hit* when the journal held the transaction.
 
 use super::record;
 use super::schedule::{Fault, FaultKind};
@@ -35,6 +37,9 @@ pub const CUT_OFF: Duration = Duration::from_secs(5);
 pub const UNWRITABLE: Duration = Duration::from_secs(4);
 /// How long a kill waits for a transaction to begin.
 const TRANSACTION_WAIT: Duration = Duration::from_secs(20);
+/// How long a power cut waits for a VM node's transaction to begin: a VM node comes last in
+/// its rollout, after every process node's wave.
+const VM_TRANSACTION_WAIT: Duration = Duration::from_secs(90);
 /// The nftables table of the cut-off (the agent's own is `hoststack`).
 const CUT_OFF_TABLE: &str = "hoststack-fault";
 
@@ -58,8 +63,11 @@ pub struct Injected {
 /// Injects `fault` into `lab`, whose agents keep write logs, and heals it; `started` is when
 /// the step the fault belongs to began (the agent kills watch for transactions from then on).
 pub fn inject(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
-    let nodes = lab.node_names();
-    let node = nodes[fault.node % nodes.len()].clone();
+    let process_node = || {
+        let nodes = process_nodes(lab);
+        assert!(!nodes.is_empty(), "{:?} needs a process node", fault.kind);
+        nodes[fault.node % nodes.len()].clone()
+    };
     let done = |node: Option<String>, note: String| Injected {
         fault,
         node,
@@ -85,13 +93,107 @@ pub fn inject(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
             done(None, "etcd killed and started again".into())
         }
         FaultKind::AgentCutOff => {
+            let node = process_node();
             let cut = CutOff::new(lab, &node);
             std::thread::sleep(CUT_OFF);
             drop(cut);
             done(Some(node), format!("cut off for {CUT_OFF:?}"))
         }
-        FaultKind::StateDirUnwritable => unwritable(lab, fault, node),
-        FaultKind::VmReboot => panic!("a VM reboot needs a VM node; this campaign has none"),
+        FaultKind::StateDirUnwritable => unwritable(lab, fault, process_node()),
+        FaultKind::VmReboot => cut_power_in_transaction(lab, fault, started),
+    }
+}
+
+/// The lab's process nodes, which every fault but the VM reboot aims at (a VM node's agent is
+/// no lab process, and its traffic is bridged past its namespace's nftables).
+fn process_nodes(lab: &Lab) -> Vec<String> {
+    let mut nodes = lab.node_names();
+    nodes.retain(|n| !lab.is_vm(n));
+    nodes
+}
+
+/// The first of `nodes` (from `first` on, cyclically) whose write log shows `what` in flight
+/// since `since` (`Some(true)`: a transaction to a revision, `Some(false)`: a revert, `None`:
+/// either) and for which `alive` holds, within `wait`.
+fn first_in_flight(
+    lab: &Lab,
+    nodes: &[String],
+    first: usize,
+    since: u64,
+    what: Option<bool>,
+    wait: Duration,
+    alive: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let order: Vec<&String> = nodes
+        .iter()
+        .cycle()
+        .skip(first % nodes.len().max(1))
+        .take(nodes.len())
+        .collect();
+    let deadline = Instant::now() + wait;
+    loop {
+        let seen = order.iter().find(|node| {
+            in_flight_since(&lab.write_log(node), since)
+                .is_some_and(|to_revision| what.is_none_or(|w| w == to_revision))
+                && alive(node)
+        });
+        if let Some(node) = seen {
+            return Some((*node).clone());
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Cuts the power of the first VM node seen in a transaction or a revert, `fault.delay_ms`
+/// (modulo 400 ms) after its journal showed it, and powers it on again.
+fn cut_power_in_transaction(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
+    let vms: Vec<String> = lab
+        .node_names()
+        .into_iter()
+        .filter(|n| lab.is_vm(n))
+        .collect();
+    assert!(
+        !vms.is_empty(),
+        "a VM reboot needs a VM node; this lab has none"
+    );
+    let since = micros(started);
+    let found = first_in_flight(
+        lab,
+        &vms,
+        fault.node,
+        since,
+        None,
+        VM_TRANSACTION_WAIT,
+        |_| true,
+    );
+    let Some(node) = found else {
+        return Injected {
+            fault,
+            node: None,
+            hit: false,
+            note: format!("no VM node began a transaction within {VM_TRANSACTION_WAIT:?}"),
+            violation: None,
+        };
+    };
+    std::thread::sleep(Duration::from_millis(fault.delay_ms % 400));
+    lab.cut_vm_power(&node);
+    let cut = journal(lab, &node);
+    let hit = !cut["transaction"].is_null();
+    let booted = lab.power_on_vm(&node);
+    let what = match &cut["transaction"] {
+        Value::Null => "after its transaction ended".to_string(),
+        t if t["target"].is_null() => "in a revert".to_string(),
+        t => format!("in a transaction to {}", t["target"]["revision"]),
+    };
+    Injected {
+        fault,
+        node: Some(node),
+        hit,
+        note: format!("power cut {what}; ready again in {booted:.1?}"),
+        violation: None,
     }
 }
 
@@ -103,33 +205,22 @@ fn kill_in_transaction(
     started: SystemTime,
     to_revision: bool,
 ) -> Injected {
-    let nodes = lab.node_names();
-    let order: Vec<&String> = nodes
-        .iter()
-        .cycle()
-        .skip(fault.node % nodes.len())
-        .take(nodes.len())
-        .collect();
+    let processes = process_nodes(lab);
     let since = micros(started);
     let what = if to_revision {
         "a transaction"
     } else {
         "a revert"
     };
-    let deadline = Instant::now() + TRANSACTION_WAIT;
-    let found = loop {
-        let seen = order.iter().find(|node| {
-            in_flight_since(&lab.write_log(node), since) == Some(to_revision)
-                && lab.agent_pid(node).is_some()
-        });
-        if let Some(node) = seen {
-            break Some((*node).clone());
-        }
-        if Instant::now() >= deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let found = first_in_flight(
+        lab,
+        &processes,
+        fault.node,
+        since,
+        Some(to_revision),
+        TRANSACTION_WAIT,
+        |node| lab.agent_pid(node).is_some(),
+    );
     let Some(node) = found else {
         return Injected {
             fault,

@@ -353,9 +353,12 @@ impl Lab {
     }
 
     /// The value of sysctl `key` (e.g. `net.ipv4.tcp_rmem`) as `node` sees it, read from
-    /// /proc/sys inside its namespace, with runs of whitespace collapsed to one space
-    /// ("4096 131072 6291456").
+    /// /proc/sys inside its namespace (a VM node's: in its guest), with runs of whitespace
+    /// collapsed to one space ("4096 131072 6291456").
     pub fn sysctl(&self, node: &str, key: &str) -> String {
+        if self.is_vm(node) {
+            return self.vm(node).sysctl(key);
+        }
         self.in_node(node).sysctl(key)
     }
 
@@ -445,15 +448,24 @@ impl Lab {
             .unwrap_or_else(|e| panic!("restarting the API server: {e}"));
     }
 
-    /// Cuts the power of VM node `node` and boots it again (see docs/vm-node.md): the host comes
-    /// back with its kernel's boot-time settings and the agent, started by the guest's init,
-    /// with the state directory it had. Returns once the guest is ready (not the agent); how
-    /// long the boot took.
-    pub fn reboot_vm(&self, node: &str) -> Duration {
+    /// Cuts the power of VM node `node` (SIGKILL of its qemu): its guest and agent stop at
+    /// once, mid-write if they were writing; its share (the agent's state directory) stays.
+    pub fn cut_vm_power(&self, node: &str) {
         self.nodes.get(node);
         self.vm_nodes
-            .reboot(node, &self.spawner, &self.log)
-            .unwrap_or_else(|e| panic!("rebooting VM node {node}: {e}"))
+            .cut_power(node)
+            .unwrap_or_else(|e| panic!("cutting the power of VM node {node}: {e}"));
+    }
+
+    /// Powers VM node `node` on again after [`Lab::cut_vm_power`] (see docs/vm-node.md): the
+    /// host comes back with its kernel's boot-time settings, and the agent, started by the
+    /// guest's init, with the state directory it had. Returns once the guest is ready (not the
+    /// agent), with how long the boot took.
+    pub fn power_on_vm(&self, node: &str) -> Duration {
+        self.nodes.get(node);
+        self.vm_nodes
+            .power_on(node, &self.spawner, &self.log)
+            .unwrap_or_else(|e| panic!("powering VM node {node} on again: {e}"))
     }
 
     /// Stops and starts the operator (same leader-election identity).

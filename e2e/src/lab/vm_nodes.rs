@@ -1,7 +1,7 @@
 //! The lab's VM nodes ([`crate::NodeKind::Vm`]), on top of [`crate::vm`]: for each, a
 //! [`Vm`] prepared in its node's namespace (kernel, initramfs, wiring, the agent's launcher
 //! with the flags of [`super::workloads`]), its qemu started as a lab process, and its guest
-//! awaited; a reboot cuts a guest's power and boots it again; at teardown each guest stops its
+//! awaited; a guest's power can be cut and put back on (a reboot); at teardown each guest stops its
 //! agent and powers off, then its taps go.
 
 use super::network;
@@ -104,22 +104,35 @@ impl VmNodes {
         Ok(())
     }
 
-    /// Cuts the power of VM node `node` (SIGKILL of its qemu) and starts it again: the guest
-    /// boots afresh, with its kernel's boot-time settings, and its init starts the agent on the
-    /// state directory it had (see [`vm::GUEST_STATE_DIR`]). Returns how long the new boot
-    /// took until the guest was ready.
-    pub fn reboot(&self, node: &str, spawner: &Spawner, log: &LabLog) -> Result<Duration> {
-        let machine = self
-            .get(node)
-            .ok_or_else(|| Error::Setup(format!("{node} is not a running VM node")))?;
-        let process = machine.process_name();
-        let mut qemu = self
-            .qemu()
-            .remove(&process)
+    /// Cuts the power of VM node `node`: SIGKILL of its qemu, which stays listed (exited)
+    /// until [`VmNodes::power_on`]; the guest's last boot is forgotten ([`Vm::forget_boot`]).
+    pub fn cut_power(&self, node: &str) -> Result<()> {
+        let machine = self.running(node)?;
+        let mut qemu = self.qemu();
+        let process = qemu
+            .get_mut(&machine.process_name())
             .ok_or_else(|| Error::Setup(format!("{node} has no qemu")))?;
-        qemu.kill().map_err(Error::Setup)?;
-        machine.forget_boot()?;
-        let qemu = spawner.respawn(&qemu)?;
+        process.kill().map_err(Error::Setup)?;
+        machine.forget_boot()
+    }
+
+    /// Starts the qemu of VM node `node` again, after [`VmNodes::cut_power`]: the guest boots
+    /// afresh, with its kernel's boot-time settings, and its init starts the agent on the state
+    /// directory it had (see [`vm::GUEST_STATE_DIR`]). Returns how long the guest took to be
+    /// ready.
+    pub fn power_on(&self, node: &str, spawner: &Spawner, log: &LabLog) -> Result<Duration> {
+        let machine = self.running(node)?;
+        let process = machine.process_name();
+        let qemu = {
+            let mut qemu = self.qemu();
+            let old = qemu
+                .get_mut(&process)
+                .ok_or_else(|| Error::Setup(format!("{node} has no qemu")))?;
+            if old.exited().is_none() {
+                return Err(Error::Setup(format!("{node}'s power is on")));
+            }
+            spawner.respawn(old)?
+        };
         let started = Instant::now();
         self.qemu().insert(process.clone(), qemu);
         let booted = machine.await_boot(started, VM_BOOT_TIMEOUT, || {
@@ -130,10 +143,16 @@ impl VmNodes {
                 })
         })?;
         log.note(&format!(
-            "VM node {node}: power cut; guest ready again {:.2}s after qemu started",
+            "VM node {node}: powered on again; guest ready {:.2}s after qemu started",
             booted.as_secs_f64()
         ));
         Ok(booted)
+    }
+
+    /// The VM of `node`, or an error naming it.
+    fn running(&self, node: &str) -> Result<&Vm> {
+        self.get(node)
+            .ok_or_else(|| Error::Setup(format!("{node} is not a running VM node")))
     }
 
     fn qemu(&self) -> MutexGuard<'_, BTreeMap<String, Managed>> {

@@ -28,6 +28,13 @@ pub(crate) const MODULES: &[&str] = &[
     "9p",
     "vfio_iommu_type1",
     "vfio_pci",
+    // The agent's firewall: nf_tables (with its sets, lookups and counters), the SYN rate
+    // limit and the notrack rule. nf_tables needs libcrc32c, whose crc32c algorithm is only a
+    // soft dependency (no `depends=`): crc32c_generic goes first.
+    "crc32c_generic",
+    "nf_tables",
+    "nft_limit",
+    "nft_ct",
 ];
 
 /// The host's statically linked busybox (package busybox-static).

@@ -383,6 +383,15 @@ impl Vm {
         out.stdout
     }
 
+    /// The guest's sysctl `key` (e.g. `net.core.somaxconn`), with runs of whitespace collapsed
+    /// to one space, as [`crate::Lab::sysctl`] reads a process node's.
+    pub fn sysctl(&self, key: &str) -> String {
+        self.run(&format!("cat /proc/sys/{}", key.replace('.', "/")))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// The driver the guest's PCI device `pci` (e.g. `0000:00:03.0`) is bound to, or `none`.
     pub fn pci_driver(&self, pci: &str) -> String {
         self.run(&format!(
