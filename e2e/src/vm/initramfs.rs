@@ -1,13 +1,18 @@
 //! The guest's initramfs, built by the lab itself: the host's busybox-static, the kernel's own
 //! modules for virtio-net, 9p and vfio (with every module they depend on, in dependency order
-//! read from each module's `depends=`), busybox `init` as PID 1 and three small scripts:
+//! read from each module's `depends=`), busybox `init` as PID 1 and four small scripts:
 //!
 //! - `/etc/hoststack-setup` (sysinit): loads the modules, mounts the host's root read-only
 //!   over 9p at /host and the node's writable share at /share, reads `/share/config.env`,
 //!   configures the management NIC (address, default route via the lab bridge), prepares the
 //!   chroot (/proc, /sys, devtmpfs, a tmpfs /run, hugetlbfs at /dev/hugepages, the share
-//!   bind-mounted at its host path), writes `/share/ready` and starts the agent
-//!   (`<share>/agent.sh` inside the chroot).
+//!   bind-mounted at its host path, the agent's state directory bind-mounted from the share),
+//!   sets the clock from the host's (`/etc/hoststack-clock`), writes `/share/ready` and starts
+//!   the agent (`<share>/agent.sh` inside the chroot).
+//! - `/etc/hoststack-clock`: run by the host's python3 in the chroot, it steps the guest's clock
+//!   to the host's within milliseconds. The RTC gives the guest whole
+//!   seconds only (it boots up to a second behind), and the lab orders what the guest's agent
+//!   logs with what the host's API server logs.
 //! - `/etc/hoststack-runner` (respawned by init): the command channel, see [`super::channel`],
 //!   and the guest's heartbeat, see [`super::progress`].
 //! - `/etc/inittab`: the two above.
@@ -83,9 +88,40 @@ mount --bind /share/state "/host$STATE_DIR" || fail "bind-mounting the state dir
 mkdir -p /host/dev/hugepages
 mount -t hugetlbfs hugetlbfs /host/dev/hugepages
 mount --bind /share "/host$HOST_SHARE" || fail "bind-mounting the share at $HOST_SHARE"
+log "clock: $(/bin/chroot /host /usr/bin/python3 - "$HOST_SHARE/clock" < /etc/hoststack-clock 2>&1)"
 log "ready: eth0 $MGMT_ADDR, eth1 up, host root at /host, share at $HOST_SHARE"
 cut -d' ' -f1 /proc/uptime > /share/ready
 /bin/chroot /host /bin/sh "$HOST_SHARE/agent.sh" </dev/null >/dev/null 2>&1 &
+"#;
+
+/// Steps the guest's clock to the host's, in one process (a process started in a slow guest
+/// takes longer than the precision sought). A file written on the share gets the host's time as
+/// its mtime, read back over 9p: between the guest's clock just before and just after the
+/// write, the host's lead is the mtime minus their middle, give or take half their distance,
+/// so the narrowest of 20 writes is taken; the clock is stepped by it, then measured and
+/// stepped once more (the first step may itself take a moment).
+const CLOCK: &str = r#"# hoststack VM node: the clock from the host's (see e2e/src/vm/initramfs.rs)
+import os, sys, time
+path = sys.argv[1]
+def lead():
+    best = None
+    for _ in range(20):
+        before = time.time_ns()
+        with open(path, "w") as f:
+            f.write("x")
+        after = time.time_ns()
+        host = os.stat(path).st_mtime_ns
+        if best is None or after - before < best[1]:
+            best = (host - (before + after) // 2, after - before)
+    return best
+steps = []
+for _ in range(2):
+    ahead, width = lead()
+    time.clock_settime_ns(time.CLOCK_REALTIME, time.time_ns() + ahead)
+    steps.append(ahead)
+ahead, width = lead()
+os.remove(path)
+print("stepped by %s ns; now %d ns behind the host (+/- %d ns)" % (" + ".join(map(str, steps)), ahead, width // 2))
 "#;
 
 const RUNNER: &str = r#"# hoststack VM node: the command channel (see e2e/src/vm/channel.rs)
@@ -137,6 +173,7 @@ pub(crate) fn build(kernel: &GuestKernel, out: &Path) -> Result<()> {
     archive.file("etc/inittab", 0o644, INITTAB.as_bytes());
     archive.file("etc/hoststack-setup", 0o755, SETUP.as_bytes());
     archive.file("etc/hoststack-runner", 0o755, RUNNER.as_bytes());
+    archive.file("etc/hoststack-clock", 0o644, CLOCK.as_bytes());
     for name in &order {
         archive.file(&format!("modules/{name}.ko"), 0o644, &images[name]);
     }
