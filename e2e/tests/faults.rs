@@ -1,6 +1,6 @@
 //! The fault harness in CI (issue 18): seeded schedules of real faults — operator and agent
 //! SIGKILLs (inside transactions and reverts), API server and etcd restarts, an agent cut off
-//! from the API server, an unwritable state directory — while a rollout script runs on four
+//! from the API server, a read-only or full state directory — while a rollout script runs on four
 //! process nodes, and the five invariants checked over each schedule's whole history
 //! (hoststack_e2e::faults). Enough schedules run that every fault kind is drawn at least twice;
 //! a schedule that once failed is kept in [`REGRESSIONS`] and runs first.
@@ -50,6 +50,18 @@ fn seeded_faults_break_no_invariant_over_whole_histories() {
         assert!(
             injected >= 2 && hit >= 1,
             "{kind:?}: {injected} injected, {hit} hit what it aims at\n{report}"
+        );
+    }
+    // Both ways a state directory becomes unwritable were injected: read-only and full.
+    for how in ["read-only", "full"] {
+        let note = format!("state directory {how} for");
+        assert!(
+            report
+                .schedules
+                .iter()
+                .flat_map(|s| &s.injected)
+                .any(|i| i.note.starts_with(&note)),
+            "no state directory made {how}\n{report}"
         );
     }
     // The histories are not vacuous: a quiet point per step, and every other kind of event in

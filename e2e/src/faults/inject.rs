@@ -12,8 +12,9 @@
 //! - `EtcdRestart`: SIGKILL of etcd, started again on the same data directory and ports.
 //! - `AgentCutOff`: an nftables table in the node's namespace drops its packets to the API
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted.
-//! - `StateDirUnwritable`: the agent's state directory made immutable (`chattr +i`, which binds
-//!   root too) for [`UNWRITABLE`]; the agent must not report a revision Failed (its own error
+//! - `StateDirUnwritable`: the agent's state directory made read-only (`chattr +i`, which binds
+//!   root too) or full (a full tmpfs mounted over it in the agent's mount namespace: ENOSPC),
+//!   by the parity of the fault's delay, for [`UNWRITABLE`]; the agent must not report a revision Failed (its own error
 //!   is no verdict on the revision: it reports Applying, Degraded with reason AgentError, and
 //!   retries), and every host write must have been journaled first (checked for every write,
 //!   [`super::record::unjournaled_writes`]).
@@ -268,10 +269,20 @@ fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
 /// journaled first is the campaign's check of every write ([`record::unjournaled_writes`]).
 fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
     let from = micros(SystemTime::now());
-    let immutable = Immutable::new(lab.agent_state_dir(&node));
+    let dir = lab.agent_state_dir(&node);
+    // An odd delay makes the directory read-only, an even one full (when the agent runs: the
+    // full directory is mounted in its own mount namespace).
+    let full = fault
+        .delay_ms
+        .is_multiple_of(2)
+        .then(|| lab.agent_pid(&node))
+        .flatten()
+        .and_then(|pid| Full::new(pid, dir));
+    let how = if full.is_some() { "full" } else { "read-only" };
+    let immutable = full.is_none().then(|| Immutable::new(dir));
     std::thread::sleep(UNWRITABLE);
     let until = micros(SystemTime::now());
-    drop(immutable);
+    drop((immutable, full));
     let reports: Vec<(String, String)> = record::from_audit_reports(&lab.audit_events(), &node)
         .into_iter()
         .filter(|(m, _, _)| *m > from && *m < until)
@@ -292,7 +303,7 @@ fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
         node: Some(node.clone()),
         hit: true,
         note: format!(
-            "state directory unwritable for {UNWRITABLE:?}; {said_why} reports meanwhile named the journal"
+            "state directory {how} for {UNWRITABLE:?}; {said_why} reports meanwhile named the journal"
         ),
         violation,
     }
@@ -375,6 +386,53 @@ impl Immutable {
 impl Drop for Immutable {
     fn drop(&mut self) {
         chattr(&self.dir, "-i");
+    }
+}
+
+/// A full state directory: in the agent's mount namespace (process `pid`), a 64 KiB tmpfs that
+/// holds a copy of the directory and a filler taking the rest of its space is bind-mounted over
+/// it, so that the agent's next journal save fails with ENOSPC. Dropping it unmounts both; the
+/// directory below was never written meanwhile. A killed agent takes the mounts with its
+/// namespace.
+struct Full {
+    pid: u32,
+    dir: PathBuf,
+    tmpfs: PathBuf,
+}
+
+impl Full {
+    /// `None` when the mounts could not be made (the agent exited meanwhile).
+    fn new(pid: u32, dir: &Path) -> Option<Full> {
+        let tmpfs = dir.with_file_name("state-full");
+        std::fs::create_dir_all(&tmpfs).ok()?;
+        let (d, t) = (dir.display(), tmpfs.display());
+        let script = format!(
+            "set -e; mount -t tmpfs -o size=64k hoststack-full '{t}'; cp -a '{d}/.' '{t}/'; \
+             dd if=/dev/zero of='{t}/filler' bs=4k 2>/dev/null || true; \
+             mount --bind '{t}' '{d}'"
+        );
+        let full = Full {
+            pid,
+            dir: dir.to_path_buf(),
+            tmpfs,
+        };
+        full.in_namespace(&script).then_some(full)
+    }
+
+    /// Runs `script` with sh in the agent's mount namespace; whether it succeeded.
+    fn in_namespace(&self, script: &str) -> bool {
+        std::process::Command::new("nsenter")
+            .args(["-t", &self.pid.to_string(), "-m", "sh", "-c", script])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    }
+}
+
+impl Drop for Full {
+    fn drop(&mut self) {
+        let (d, t) = (self.dir.display(), self.tmpfs.display());
+        self.in_namespace(&format!("umount '{d}'; umount '{t}'"));
+        let _ = std::fs::remove_dir(&self.tmpfs);
     }
 }
 
