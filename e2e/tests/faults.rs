@@ -33,6 +33,10 @@ const REGRESSIONS: &[(u64, &[FaultKind])] = &[
     // harness's first check ("no write while unwritable") called that a violation; the check is
     // now "every write journaled first", over every write (record::unjournaled_writes).
     (36, KINDS),
+    // Seed 124: the operator was killed and started again while the API server restarted. It
+    // could not reach the API server to join the leader election and exited, so nothing rolled
+    // the tuning out (step 0 did not settle in 240 s). Now it keeps trying to join.
+    (124, KINDS),
 ];
 
 #[test]

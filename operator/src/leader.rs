@@ -1,7 +1,9 @@
 //! Leader election on a Lease, so that two replicas are safe: only the holder reconciles.
 
+use std::time::Duration;
+
 use kube::Client;
-use kube_lease_manager::LeaseManagerBuilder;
+use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -12,6 +14,12 @@ const LEASE_SECONDS: u64 = 15;
 /// Seconds before expiry that the holder renews.
 const GRACE_SECONDS: u64 = 5;
 
+/// How long a replica waits to join the election again after the API server did not answer:
+/// the first wait, doubled after each failure up to [`JOIN_RETRY_MAX`].
+const JOIN_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between attempts to join the election.
+const JOIN_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// A running election: `is_leader` says whether this replica holds the lease.
 pub struct Election {
     /// True while this replica holds the lease.
@@ -20,21 +28,35 @@ pub struct Election {
 }
 
 impl Election {
-    /// Joins the election for `lease_name` in `namespace` as `identity`.
+    /// Joins the election for `lease_name` in `namespace` as `identity`. While the API server
+    /// cannot be reached or answers with a server error (it restarts, etcd is away), it tries
+    /// again, waiting longer each time; other errors (a forbidden Lease) end it.
     pub async fn join(
         client: Client,
         namespace: &str,
         lease_name: &str,
         identity: &str,
     ) -> Result<Self> {
-        let manager = LeaseManagerBuilder::new(client, lease_name)
-            .with_namespace(namespace)
-            .with_identity(identity)
-            .with_duration(LEASE_SECONDS)
-            .with_grace(GRACE_SECONDS)
-            .with_field_manager(hoststack_crds::OPERATOR_FIELD_MANAGER)
-            .build()
-            .await?;
+        let mut wait = JOIN_RETRY_FIRST;
+        let manager = loop {
+            let built = LeaseManagerBuilder::new(client.clone(), lease_name)
+                .with_namespace(namespace)
+                .with_identity(identity)
+                .with_duration(LEASE_SECONDS)
+                .with_grace(GRACE_SECONDS)
+                .with_field_manager(hoststack_crds::OPERATOR_FIELD_MANAGER)
+                .build()
+                .await;
+            match built {
+                Ok(manager) => break manager,
+                Err(e) if transient(&e) => {
+                    tracing::warn!(error = %e, retry_in = ?wait, "could not join the leader election; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(JOIN_RETRY_MAX);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         let (is_leader, task) = manager.watch().await;
         Ok(Self { is_leader, task })
     }
@@ -61,5 +83,40 @@ impl Election {
             .map_err(|e| crate::Error::LeaseTask(e.to_string()))??;
         drop(manager);
         Ok(())
+    }
+}
+
+/// Whether `error` may pass by itself: the API server unreachable, overloaded or failing
+/// (a connection error, 429 or 5xx), as opposed to an answer that will not change (403, 404).
+fn transient(error: &LeaseManagerError) -> bool {
+    match error {
+        LeaseManagerError::KubeError(kube::Error::Api(status)) => {
+            status.code == 429 || status.code >= 500
+        }
+        LeaseManagerError::KubeError(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn api(code: u16) -> LeaseManagerError {
+        let mut status = Status::failure("", "");
+        status.code = code;
+        LeaseManagerError::KubeError(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn an_unreachable_or_failing_api_server_is_transient_a_refusal_is_not() {
+        let unreachable = LeaseManagerError::KubeError(kube::Error::Service(
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+        ));
+        assert!(transient(&unreachable));
+        assert!(transient(&api(503)) && transient(&api(500)) && transient(&api(429)));
+        assert!(!transient(&api(403)) && !transient(&api(404)) && !transient(&api(409)));
+        assert!(!transient(&LeaseManagerError::NonexistentLease("x".into())));
     }
 }
