@@ -61,6 +61,19 @@ pub struct Injected {
     pub violation: Option<String>,
 }
 
+impl Injected {
+    /// A fault that found nothing to hit (`note` says what it waited for).
+    fn missed(fault: Fault, note: String) -> Injected {
+        Injected {
+            fault,
+            node: None,
+            hit: false,
+            note,
+            violation: None,
+        }
+    }
+}
+
 /// Injects `fault` into `lab`, whose agents keep write logs, and heals it; `started` is when
 /// the step the fault belongs to began (the agent kills watch for transactions from then on).
 pub fn inject(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
@@ -171,13 +184,8 @@ fn cut_power_in_transaction(lab: &Lab, fault: Fault, started: SystemTime) -> Inj
         |_| true,
     );
     let Some(node) = found else {
-        return Injected {
-            fault,
-            node: None,
-            hit: false,
-            note: format!("no VM node began a transaction within {VM_TRANSACTION_WAIT:?}"),
-            violation: None,
-        };
+        let note = format!("no VM node began a transaction within {VM_TRANSACTION_WAIT:?}");
+        return Injected::missed(fault, note);
     };
     std::thread::sleep(Duration::from_millis(fault.delay_ms % 400));
     lab.cut_vm_power(&node);
@@ -223,13 +231,8 @@ fn kill_in_transaction(
         |node| lab.agent_pid(node).is_some(),
     );
     let Some(node) = found else {
-        return Injected {
-            fault,
-            node: None,
-            hit: false,
-            note: format!("no agent began {what} within {TRANSACTION_WAIT:?}"),
-            violation: None,
-        };
+        let note = format!("no agent began {what} within {TRANSACTION_WAIT:?}");
+        return Injected::missed(fault, note);
     };
     std::thread::sleep(Duration::from_millis(fault.delay_ms % 400));
     lab.kill_agent(&node, Signal::Kill);

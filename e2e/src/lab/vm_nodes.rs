@@ -88,14 +88,7 @@ impl VmNodes {
         }
         for (i, started) in launched {
             let (name, machine) = &self.vms[i];
-            let process = machine.process_name();
-            let booted = machine.await_boot(started, VM_BOOT_TIMEOUT, || {
-                self.qemu()
-                    .get_mut(&process)
-                    .map_or(Some("gone".to_string()), |p| {
-                        p.exited().map(|s| s.to_string())
-                    })
-            })?;
+            let booted = self.await_boot(machine, started)?;
             log.note(&format!(
                 "VM node {name}: guest ready {:.2}s after qemu started",
                 booted.as_secs_f64()
@@ -134,19 +127,26 @@ impl VmNodes {
             spawner.respawn(old)?
         };
         let started = Instant::now();
-        self.qemu().insert(process.clone(), qemu);
-        let booted = machine.await_boot(started, VM_BOOT_TIMEOUT, || {
-            self.qemu()
-                .get_mut(&process)
-                .map_or(Some("gone".to_string()), |p| {
-                    p.exited().map(|s| s.to_string())
-                })
-        })?;
+        self.qemu().insert(process, qemu);
+        let booted = self.await_boot(machine, started)?;
         log.note(&format!(
             "VM node {node}: powered on again; guest ready {:.2}s after qemu started",
             booted.as_secs_f64()
         ));
         Ok(booted)
+    }
+
+    /// Waits until `machine`'s guest is ready ([`Vm::await_boot`]), its qemu started at
+    /// `started`; fails early when that qemu exits.
+    fn await_boot(&self, machine: &Vm, started: Instant) -> Result<Duration> {
+        let process = machine.process_name();
+        machine.await_boot(started, VM_BOOT_TIMEOUT, || {
+            self.qemu()
+                .get_mut(&process)
+                .map_or(Some("gone".to_string()), |p| {
+                    p.exited().map(|s| s.to_string())
+                })
+        })
     }
 
     /// The VM of `node`, or an error naming it.
