@@ -1,7 +1,8 @@
 //! A fault campaign on a real lab: for each seeded [`Schedule`], a rollout script over four
-//! process nodes (or three and a VM node, [`vm_lab_config`], for the VM reboot) while the schedule's faults are injected ([`super::inject`]); then the
-//! schedule's whole [`super::history::History`], read from the lab's records
-//! ([`super::record`]), is checked against the invariants ([`super::invariants::check`]).
+//! process nodes (or three and a VM node, [`vm_lab_config`], for the VM reboot) while the
+//! schedule's faults are injected ([`super::inject`]); then the schedule's whole
+//! [`super::history::History`], read from the lab's records ([`super::record`]), is checked
+//! against the invariants ([`super::invariants::check`]).
 //!
 //! The script, on tuning [`TUNING`] (canary 1, maxUnavailable 1): apply revision A, change it
 //! to B (which adds the agent's nftables table and an XDP program on eth0), change it to C,

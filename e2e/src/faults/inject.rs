@@ -14,11 +14,10 @@
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted.
 //! - `StateDirUnwritable`: the agent's state directory made read-only (`chattr +i`, which binds
 //!   root too) or full (a full tmpfs mounted over it in the agent's mount namespace: ENOSPC),
-//!   by the parity of the fault's delay, for [`UNWRITABLE`]; the agent must not report a revision Failed (its own error
-//!   is no verdict on the revision: it reports Applying, Degraded with reason AgentError, and
-//!   retries), and every host write must have been journaled first (checked for every write,
-//!   [`super::record::unjournaled_writes`]).
-//!
+//!   by the parity of the fault's delay, for [`UNWRITABLE`]; the agent must not report a
+//!   revision Failed (its own error is no verdict on the revision: it reports Applying,
+//!   Degraded with reason AgentError, and retries), and every host write must have been
+//!   journaled first (checked for every write, [`super::record::unjournaled_writes`]).
 //! - `VmReboot`: the power of the first VM node seen in a transaction or a revert cut at the
 //!   fault's offset into it (qemu killed: the guest, its agent and any write in flight stop at
 //!   once), and the node powered on again: its host back at boot-time values, its agent started

@@ -25,7 +25,8 @@ pub(crate) struct Node {
 }
 
 /// `node`'s agent's write log, `writes.jsonl` beside its state directory (a VM node's is in its
-/// share, where the guest's agent writes it), so that a fault which makes the state directory unwritable leaves it alone.
+/// share, where the guest's agent writes it), so that a fault which makes the state directory
+/// unwritable leaves it alone.
 pub fn write_log(node: &Node) -> PathBuf {
     node.state_dir.with_file_name("writes.jsonl")
 }

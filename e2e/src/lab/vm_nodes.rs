@@ -1,8 +1,8 @@
 //! The lab's VM nodes ([`crate::NodeKind::Vm`]), on top of [`crate::vm`]: for each, a
 //! [`Vm`] prepared in its node's namespace (kernel, initramfs, wiring, the agent's launcher
 //! with the flags of [`super::workloads`]), its qemu started as a lab process, and its guest
-//! awaited; a guest's power can be cut and put back on (a reboot); at teardown each guest stops its
-//! agent and powers off, then its taps go.
+//! awaited; a guest's power can be cut and put back on (a reboot); at teardown each guest
+//! stops its agent and powers off, then its taps go.
 
 use super::network;
 use super::nodes::Nodes;
