@@ -39,6 +39,10 @@ pub const HISTORY_TUNING_LABEL: &str = "hoststack.dev/tuning";
 /// Label of a revision-history ControllerRevision carrying its revision hash.
 pub const HISTORY_REVISION_LABEL: &str = "hoststack.dev/revision";
 
+/// Label of a revision-history ControllerRevision that is another tuning's revision
+/// (`<tuning>`), kept because nodes taken over from that tuning may return to it.
+pub const HISTORY_FROM_LABEL: &str = "hoststack.dev/from-tuning";
+
 /// Prefix of the Lease each agent renews in the operator's namespace (`hoststack-agent-<node>`),
 /// so that the operator never rolls a revision onto a node whose agent has gone silent.
 pub const AGENT_LEASE_PREFIX: &str = "hoststack-agent-";

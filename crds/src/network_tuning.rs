@@ -59,10 +59,16 @@ fn label_key_rule() -> kube::core::Rule {
         description = "Revision being rolled out"
     ),
     printcolumn(
-        name = "Applied/Matched",
+        name = "Applied/Governed",
         type_ = "string",
         json_path = ".status.progress",
-        description = "Nodes that applied the current revision, of the nodes the selector matches"
+        description = "Nodes that applied the current revision, of the nodes this tuning governs"
+    ),
+    printcolumn(
+        name = "Superseded-By",
+        type_ = "string",
+        json_path = ".status.supersededBy",
+        description = "The tunings that govern the nodes this one matches but does not govern"
     ),
     printcolumn(
         name = "Age",
@@ -287,6 +293,9 @@ pub enum Phase {
     RolledBack,
     /// Nodes failed to apply and nothing rolled back.
     Failed,
+    /// Every node the selector matches is governed by another tuning (`status.supersededBy`):
+    /// this one changes nothing until it governs a node again.
+    Superseded,
 }
 
 impl std::fmt::Display for Phase {
@@ -326,9 +335,13 @@ pub struct NetworkTuningStatus {
     /// Nodes whose agent failed to apply the current revision.
     #[serde(default)]
     pub failed_nodes: i32,
-    /// `applied/matched`, for `kubectl get`.
+    /// `applied/governed`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// The tunings that govern the matched nodes this one does not (comma-separated), for
+    /// `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
     /// Matched nodes governed by another tuning instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflicts: Vec<NodeConflict>,
@@ -367,6 +380,26 @@ pub struct WaveStatus {
     /// How the wave was judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<AnalysisStatus>,
+    /// What the wave's nodes ran before it, where that was not the stable revision: a rollback
+    /// returns them there. Absent nodes came from the stable revision (or, without one, had
+    /// nothing of hoststack's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<WaveOrigin>,
+}
+
+/// Nodes of a wave that came from the same configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveOrigin {
+    /// The nodes.
+    pub nodes: Vec<String>,
+    /// The tuning whose revision they ran (this one, or another); absent: nothing of
+    /// hoststack's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tuning: Option<String>,
+    /// The revision they ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
 
 /// The judgement of one wave.

@@ -25,10 +25,16 @@ use crate::node_config::NodeConfig;
     status = "NodeTuningStatus",
     doc = "NodeTuning: the configuration the operator resolved for one node, named after it, and what the node's agent did with it.",
     printcolumn(
+        name = "Governed-By",
+        type_ = "string",
+        json_path = ".spec.governedBy",
+        description = "The NetworkTuning whose rollout manages the node"
+    ),
+    printcolumn(
         name = "Tuning",
         type_ = "string",
         json_path = ".spec.tuning",
-        description = "Governing NetworkTuning"
+        description = "The NetworkTuning whose revision the node runs"
     ),
     printcolumn(
         name = "Revision",
@@ -56,10 +62,16 @@ use crate::node_config::NodeConfig;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTuningSpec {
-    /// The NetworkTuning that governs this node; absent when none does, which asks the agent to
-    /// revert everything it changed.
+    /// The NetworkTuning whose revision this is: the governing one, or, while a tuning that
+    /// took the node over has not rolled onto it yet (or rolled back), the one it came from.
+    /// Absent when the node is to run nothing of hoststack's, which asks the agent to revert
+    /// everything it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<String>,
+    /// The NetworkTuning that governs this node (whose rollout decides what it runs); absent
+    /// when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governed_by: Option<String>,
     /// The revision of `config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,

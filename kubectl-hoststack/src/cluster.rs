@@ -65,7 +65,9 @@ pub async fn node_tunings(client: &Client, tuning: &NetworkTuning) -> Result<Vec
         .items
         .into_iter()
         .filter(|nt| {
-            nt.spec.tuning.as_deref() == Some(name.as_str()) || in_waves.contains(&&nt.name_any())
+            let spec = &nt.spec;
+            let governor = spec.governed_by.as_ref().or(spec.tuning.as_ref());
+            governor == Some(&name) || in_waves.contains(&&nt.name_any())
         })
         .collect();
     nodes.sort_by_key(|nt| nt.name_any());

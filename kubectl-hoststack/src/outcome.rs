@@ -47,7 +47,8 @@ pub fn outcome(tuning: &NetworkTuning) -> Option<Outcome> {
         Phase::RolledBack => Some(Outcome::RolledBack),
         Phase::Failed => Some(Outcome::Failed),
         Phase::Paused => Some(Outcome::Paused),
-        Phase::Pending | Phase::Progressing => None,
+        // A superseded tuning's rollout neither goes on nor ends: it waits to govern a node.
+        Phase::Pending | Phase::Progressing | Phase::Superseded => None,
     }
 }
 

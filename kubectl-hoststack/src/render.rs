@@ -55,7 +55,7 @@ impl Colour {
 fn phase_tone(phase: Phase) -> Tone {
     match phase {
         Phase::Complete => Tone::Good,
-        Phase::Pending | Phase::Progressing | Phase::Paused => Tone::Busy,
+        Phase::Pending | Phase::Progressing | Phase::Paused | Phase::Superseded => Tone::Busy,
         Phase::RolledBack | Phase::Failed => Tone::Bad,
     }
 }
@@ -155,7 +155,8 @@ pub fn render(tuning: &NetworkTuning, nodes: &[NodeTuning], colour: Colour) -> S
     let rest: Vec<&str> = by_node
         .iter()
         .filter(|(n, nt)| {
-            nt.spec.tuning.as_deref() == Some(name.as_str()) && !waved.contains(n.as_str())
+            let governor = nt.spec.governed_by.as_ref().or(nt.spec.tuning.as_ref());
+            governor == Some(&name) && !waved.contains(n.as_str())
         })
         .map(|(n, _)| n.as_str())
         .collect();
@@ -259,16 +260,21 @@ fn node_tree(t: &mut Tree, node: &str, nt: Option<&NodeTuning>, colour: Colour) 
         .state
         .map_or_else(|| "no report".to_string(), |s| s.to_string());
     let _ = write!(line, "  {}", colour.paint(word_tone(&state), &state));
+    // The revision the node runs and the tuning it came from (another one's, for a node this
+    // tuning took over and has not rolled onto yet).
     if let Some(r) = &status.applied_revision {
         let _ = write!(line, "  applied {r}");
+        if let Some(t) = &status.applied_tuning {
+            let _ = write!(line, " of {t}");
+        }
     }
-    if let Some(r) = nt
-        .spec
-        .revision
-        .as_ref()
-        .filter(|r| status.applied_revision.as_ref() != Some(*r))
-    {
-        let _ = write!(line, "  asked {r}");
+    let asked = (&nt.spec.revision, &nt.spec.tuning);
+    if let (Some(r), Some(t)) = asked {
+        if (&status.applied_revision, &status.applied_tuning)
+            != (&Some(r.clone()), &Some(t.clone()))
+        {
+            let _ = write!(line, "  asked {r} of {t}");
+        }
     }
     if let Some(m) = &status.message {
         let _ = write!(line, "  ({m})");
@@ -401,6 +407,7 @@ mod tests {
                         passed: true,
                     }],
                 }),
+                from: Vec::new(),
             }],
             ..NetworkTuningStatus::default()
         });

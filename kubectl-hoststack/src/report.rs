@@ -391,6 +391,7 @@ mod tests {
                     result: "RolledBack".into(),
                     applied_at: Some("2026-11-30T02:00:20Z".into()),
                     analysis: None,
+                    from: Vec::new(),
                 },
                 WaveStatus {
                     index: 0,
@@ -398,6 +399,7 @@ mod tests {
                     result: "RolledBack".into(),
                     applied_at: Some("2026-11-30T02:00:00Z".into()),
                     analysis: None,
+                    from: Vec::new(),
                 },
                 WaveStatus {
                     index: 2,
@@ -405,6 +407,7 @@ mod tests {
                     result: "Pending".into(),
                     applied_at: None,
                     analysis: None,
+                    from: Vec::new(),
                 },
             ],
             conditions: vec![

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hoststack_operator::rollout::planner::{
-    plan, NodeView, Progress, Report, Strategy, Verdict, Wave,
+    plan, Holding, NodeView, Progress, Report, Strategy, Verdict, Wave,
 };
 
 fn mid_rollout(n: usize) -> (Strategy, Progress, Vec<NodeView>) {
@@ -21,13 +21,13 @@ fn mid_rollout(n: usize) -> (Strategy, Progress, Vec<NodeView>) {
     let names: Vec<String> = (0..n).map(|i| format!("node-{i:05}")).collect();
     let mut progress = Progress::start("r2", Some("r1"));
     progress.waves.push(Wave {
-        nodes: vec![names[0].clone()],
         applied_at: Some(0),
+        ..Wave::of(vec![names[0].clone()])
     });
     for chunk in names[1..n / 2].chunks(250) {
         progress.waves.push(Wave {
-            nodes: chunk.to_vec(),
             applied_at: Some(1),
+            ..Wave::of(chunk.to_vec())
         });
     }
     let nodes = names
@@ -42,6 +42,7 @@ fn mid_rollout(n: usize) -> (Strategy, Progress, Vec<NodeView>) {
             } else {
                 Report::Pending
             },
+            holding: Holding::Own(if i < n / 2 { "r2" } else { "r1" }.into()),
         })
         .collect();
     (strategy, progress, nodes)

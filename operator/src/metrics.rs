@@ -50,6 +50,7 @@ pub enum PhaseLabel {
     Complete,
     RolledBack,
     Failed,
+    Superseded,
 }
 
 impl From<Phase> for PhaseLabel {
@@ -61,17 +62,19 @@ impl From<Phase> for PhaseLabel {
             Phase::Complete => Self::Complete,
             Phase::RolledBack => Self::RolledBack,
             Phase::Failed => Self::Failed,
+            Phase::Superseded => Self::Superseded,
         }
     }
 }
 
-const ALL_PHASES: [PhaseLabel; 6] = [
+const ALL_PHASES: [PhaseLabel; 7] = [
     PhaseLabel::Pending,
     PhaseLabel::Progressing,
     PhaseLabel::Paused,
     PhaseLabel::Complete,
     PhaseLabel::RolledBack,
     PhaseLabel::Failed,
+    PhaseLabel::Superseded,
 ];
 
 /// The node states counted per tuning.

@@ -217,7 +217,13 @@ pub fn aggregate(o: &Observed) -> NetworkTuningStatus {
         updated_nodes: governed.len() as i32,
         applied_nodes: applied.len() as i32,
         failed_nodes: failed.len() as i32,
-        progress: Some(format!("{}/{}", applied.len(), matched)),
+        progress: Some(format!("{}/{}", applied.len(), governed.len())),
+        superseded_by: {
+            let mut by: Vec<&str> = o.nodes.conflicts.iter().map(|(_, t)| t.as_str()).collect();
+            by.sort();
+            by.dedup();
+            (!by.is_empty()).then(|| by.join(", "))
+        },
         conflicts: o
             .nodes
             .conflicts
@@ -272,11 +278,11 @@ mod tests {
         // (reports by node, expected phase, expected progress)
         type Case = (Vec<(&'static str, NodeTuning)>, Phase, &'static str);
         let table: Vec<Case> = vec![
-            (vec![], Phase::Progressing, "0/3"),
+            (vec![], Phase::Progressing, "0/2"),
             (
                 vec![("a", nt(NodeState::Applied, Some("r1"), "r1", None))],
                 Phase::Progressing,
-                "1/3",
+                "1/2",
             ),
             (
                 vec![
@@ -284,7 +290,7 @@ mod tests {
                     ("b", nt(NodeState::Applied, Some("r1"), "r1", None)),
                 ],
                 Phase::Complete,
-                "2/3",
+                "2/2",
             ),
             (
                 // An old revision applied does not count.
@@ -293,7 +299,7 @@ mod tests {
                     ("b", nt(NodeState::Applied, Some("r1"), "r1", None)),
                 ],
                 Phase::Progressing,
-                "1/3",
+                "1/2",
             ),
             (
                 vec![
@@ -309,7 +315,7 @@ mod tests {
                     ("b", nt(NodeState::Applied, Some("r1"), "r1", None)),
                 ],
                 Phase::Failed,
-                "1/3",
+                "1/2",
             ),
         ];
         for (reports, phase, progress) in table {
@@ -328,6 +334,7 @@ mod tests {
             assert_eq!(s.phase, Some(phase), "{progress}");
             assert_eq!(s.progress.as_deref(), Some(progress));
             assert_eq!(s.matched_nodes, 3);
+            assert_eq!(s.superseded_by.as_deref(), Some("other"));
             assert_eq!(cond(&s, "Conflict").status, "True");
             assert!(cond(&s, "Conflict").message.contains("c governed by other"));
             assert_eq!(

@@ -12,7 +12,9 @@ use prometheus_client::registry::Registry;
 /// The labels of `hoststack_node_info`.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeInfoLabels {
-    /// The governing NetworkTuning (`spec.tuning`); empty when none governs the node.
+    /// The governing NetworkTuning (`spec.governedBy`, else `spec.tuning`); empty when none
+    /// governs the node. A node a tuning took over is labelled with it while it still runs the
+    /// revision of the tuning it came from (the baseline of the takeover).
     pub tuning: String,
     /// The revision the operator asks for (`spec.revision`, else the config's own revision);
     /// empty when none.
@@ -26,7 +28,9 @@ impl NodeInfoLabels {
     pub fn of(object: Option<&NodeTuning>) -> Self {
         let spec = object.map(|o| &o.spec);
         NodeInfoLabels {
-            tuning: spec.and_then(|s| s.tuning.clone()).unwrap_or_default(),
+            tuning: spec
+                .and_then(|s| s.governed_by.clone().or_else(|| s.tuning.clone()))
+                .unwrap_or_default(),
             revision: spec
                 .and_then(|s| {
                     s.revision

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hoststack_crds::{
-    AnalysisStatus, NetworkTuning, NetworkTuningStatus, NodeConfig, Phase, ABORT_ANNOTATION,
-    CANARY_LABEL, PROMOTE_ANNOTATION,
+    AnalysisStatus, NetworkTuning, NetworkTuningStatus, NodeConfig, NodeTuningSpec, Phase,
+    ABORT_ANNOTATION, CANARY_LABEL, PROMOTE_ANNOTATION,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::EventType;
@@ -21,9 +21,9 @@ use super::decision::{Announcement, Decision, Gauges, Next, SpecWrite, Why};
 use super::snapshot::Snapshot;
 use super::writes::{agent_labels, node_spec, withdrawn_spec};
 use crate::rollout::gate;
-use crate::rollout::history::History;
+use crate::rollout::history::{Borrowed, History};
 use crate::rollout::nodes;
-use crate::rollout::planner::{self, NodeView, Progress, Report, State, Verdict};
+use crate::rollout::planner::{self, Holding, NodeView, Progress, Report, State, Verdict};
 use crate::rollout::progress;
 use crate::rollout::strategy::{self, Gate, Resolved};
 use crate::selection::TuningNodes;
@@ -60,6 +60,7 @@ pub fn prepare<'a>(
         .map_err(|message| Box::new(invalid_rollout(tuning, &snap.now, message)))?;
     let restored = progress::restore(
         tuning.status.as_ref(),
+        &tuning.name_any(),
         &revision,
         tuning.metadata.generation,
     );
@@ -80,9 +81,48 @@ impl<'a> Apply<'a> {
         &self.revision
     }
 
-    /// The rollout's stable revision (the history keeps it).
-    pub fn stable(&self) -> Option<&str> {
-        self.restored.stable.as_deref()
+    /// The revisions the history must keep besides the current one: the stable one, and every
+    /// other a node runs now or may return to (of this tuning or, as a copy, of another).
+    pub fn kept(&self) -> Vec<String> {
+        let held = self.views().into_iter().map(|v| v.holding);
+        // A complete rollout returns no node anywhere.
+        let live = self.restored.state != State::Complete;
+        let origins = self
+            .restored
+            .origins()
+            .into_values()
+            .filter(|_| live)
+            .collect::<Vec<_>>();
+        let mut kept: Vec<String> = held
+            .chain(origins)
+            .filter_map(|h| h.revision().map(String::from))
+            .chain(self.restored.stable.clone())
+            .collect();
+        kept.sort();
+        kept.dedup();
+        kept
+    }
+
+    /// The other tunings' revisions that governed nodes run now, which a rollback may return
+    /// them to: the history records a copy of each before any wave moves a node off it.
+    pub fn borrowed(&self) -> Vec<Borrowed> {
+        let mut borrowed: Vec<Borrowed> = self
+            .mine
+            .governed
+            .iter()
+            .filter_map(|n| {
+                let spec = &self.snap.node_tunings.get(n)?.spec;
+                let from = spec.tuning.as_ref().filter(|t| **t != self.name)?;
+                Some(Borrowed {
+                    revision: spec.revision.clone()?,
+                    tuning: from.clone(),
+                    config: spec.config.clone()?,
+                })
+            })
+            .collect();
+        borrowed.sort_by(|a, b| a.revision.cmp(&b.revision));
+        borrowed.dedup_by(|a, b| a.revision == b.revision);
+        borrowed
     }
 
     /// What the gate is to judge, when the rollout is live (progressing or paused); a finished
@@ -160,14 +200,12 @@ impl<'a> Apply<'a> {
             _ => None,
         };
         let plans = nodes::plan_nodes(&step, sampling.as_ref());
-        let status = rollout_status(
-            tuning,
-            &self.mine,
-            snap,
-            &step,
-            restored.waves.len(),
-            judged,
-        );
+        let judged_wave = restored
+            .waves
+            .len()
+            .checked_sub(1)
+            .map(|i| restored.wave_index(i));
+        let status = rollout_status(tuning, &self.mine, snap, &step, judged_wave, judged);
 
         let mut specs = Vec::new();
         let mut unknown_revisions = Vec::new();
@@ -183,10 +221,15 @@ impl<'a> Apply<'a> {
             })
         };
         for (node, plan) in &plans {
-            let spec = match plan.revision.as_deref() {
-                None => node_spec(&self.name, None, plan),
+            let (owner, revision) = match &plan.target {
+                Holding::Nothing => (self.name.as_str(), None),
+                Holding::Own(r) => (self.name.as_str(), Some(r)),
+                Holding::Other { tuning, revision } => (tuning.as_str(), Some(revision)),
+            };
+            let spec = match revision {
+                None => node_spec(&self.name, owner, None, plan),
                 Some(r) => match config_of(r) {
-                    Some(c) => node_spec(&self.name, Some((r, &c)), plan),
+                    Some(c) => node_spec(&self.name, owner, Some((r, &c)), plan),
                     None => {
                         unknown_revisions.push((node.clone(), r.to_string()));
                         continue;
@@ -207,18 +250,18 @@ impl<'a> Apply<'a> {
                 });
             }
         }
-        // Nodes this tuning gave a spec to and that no tuning governs any more get theirs
-        // withdrawn; nodes another tuning now governs are rewritten by that tuning's reconcile.
-        for (node, nt) in &snap.node_tunings {
-            let ours = nt.spec.tuning.as_deref() == Some(self.name.as_str());
-            if ours && !snap.assignment.governor.contains_key(node) {
-                specs.push(SpecWrite {
-                    node: node.clone(),
+        // Nodes that carry this tuning's revision, or a revision of a tuning that is gone, and
+        // that no tuning governs any more get their spec withdrawn; nodes another tuning
+        // governs are written by that tuning's reconcile.
+        specs.extend(
+            unselected(snap, &self.name)
+                .into_iter()
+                .map(|node| SpecWrite {
+                    node,
                     spec: withdrawn_spec(),
                     why: Why::Unselected,
-                });
-            }
-        }
+                }),
+        );
 
         let events = announce(tuning.status.as_ref(), &status);
         let requeue = match &step.progress.state {
@@ -265,9 +308,47 @@ impl<'a> Apply<'a> {
                         .get(node)
                         .is_some_and(|nt| nt.status.is_some()),
                 report: report(snap, node, &self.restored.revision),
+                holding: snap
+                    .node_tunings
+                    .get(node)
+                    .map_or(Holding::Nothing, |nt| holding(&self.name, &nt.spec)),
             })
             .collect()
     }
+}
+
+/// What a node's spec holds, as tuning `name`'s rollout sees it.
+fn holding(name: &str, spec: &NodeTuningSpec) -> Holding {
+    match (&spec.tuning, &spec.revision, &spec.config) {
+        (Some(t), Some(r), Some(_)) if t == name => Holding::Own(r.clone()),
+        (Some(t), Some(r), Some(_)) => Holding::Other {
+            tuning: t.clone(),
+            revision: r.clone(),
+        },
+        _ => Holding::Nothing,
+    }
+}
+
+/// The nodes no tuning governs whose spec still names tuning `name` or a tuning that no longer
+/// lives (deleted while another tuning kept its revision on the node): their specs are to be
+/// withdrawn.
+pub fn unselected(snap: &Snapshot, name: &str) -> Vec<String> {
+    let live = |t: &str| {
+        snap.tunings
+            .iter()
+            .any(|l| l.name_any() == t && l.metadata.deletion_timestamp.is_none())
+    };
+    snap.node_tunings
+        .iter()
+        .filter(|(node, _)| !snap.assignment.governor.contains_key(*node))
+        .filter(|(_, nt)| {
+            nt.spec
+                .tuning
+                .as_deref()
+                .is_some_and(|t| t == name || !live(t))
+        })
+        .map(|(node, _)| node.clone())
+        .collect()
 }
 
 /// What `node`'s agent reports about `revision`.
@@ -287,7 +368,7 @@ fn rollout_status(
     mine: &TuningNodes,
     snap: &Snapshot,
     step: &planner::Decision,
-    judged_wave: usize,
+    judged_wave: Option<usize>,
     judged: Option<AnalysisStatus>,
 ) -> NetworkTuningStatus {
     let now = &snap.now;
@@ -304,19 +385,20 @@ fn rollout_status(
     let p = &step.progress;
     let (phase, message) = progress::phase_of(&p.state);
     let in_flight = p.waves.len().checked_sub(1);
-    // The verdict was reached on the wave that was in flight before this step.
-    let judged_wave = judged_wave.checked_sub(1);
     let same_rollout = previous.and_then(|s| s.current_revision.as_deref()) == Some(revision);
+    let name = tuning.name_any();
     status.waves = progress::record_waves(
+        &name,
         p,
         |node| report(snap, node, &p.revision),
         |i| {
+            // The verdict was reached on the wave that was in flight before this step.
             if Some(i) == judged_wave && judged.is_some() {
                 return judged.clone();
             }
             previous
                 .filter(|_| same_rollout)
-                .and_then(|s| s.waves.get(i))
+                .and_then(|s| s.waves.iter().find(|w| w.index as usize == i))
                 .and_then(|w| w.analysis.clone())
         },
     );
@@ -335,7 +417,8 @@ fn rollout_status(
             if let (Some(i), Some(wave)) = (in_flight, p.waves.last()) {
                 let what = if i == 0 { "canary" } else { "wave" };
                 let m = format!(
-                    "{what} {i} of revision {revision} on {}",
+                    "{what} {} of revision {revision} on {}",
+                    p.wave_index(i),
                     wave.nodes.join(", ")
                 );
                 set_condition(
@@ -400,7 +483,49 @@ fn rollout_status(
             }
         }
     }
+    if mine.governed.is_empty() {
+        governs_nothing(&mut status, previous, same_rollout, cond);
+    }
     status
+}
+
+/// The status of a tuning that governs no node: Superseded when other tunings govern the nodes
+/// it matches, Pending when it matches none. Its rollout's waves and stable revision stay as
+/// they were, for when it governs nodes again.
+fn governs_nothing(
+    status: &mut NetworkTuningStatus,
+    previous: Option<&NetworkTuningStatus>,
+    same_rollout: bool,
+    cond: impl Fn(&str, bool, &str, String) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition,
+) {
+    let (phase, reason, message) = match &status.superseded_by {
+        Some(by) => (
+            Phase::Superseded,
+            "Superseded",
+            format!("every node it matches is governed by {by}; it changes nothing until it governs a node again"),
+        ),
+        None => (
+            Phase::Pending,
+            "NoNodesMatched",
+            "the node selector matches no node".to_string(),
+        ),
+    };
+    status.phase = Some(phase);
+    status.message = (phase == Phase::Superseded).then(|| message.clone());
+    status.updated_nodes = 0;
+    if let Some(previous) = previous.filter(|_| same_rollout) {
+        status.waves = previous.waves.clone();
+        status.stable_revision = previous.stable_revision.clone();
+    }
+    for type_ in ["Ready", "Progressing"] {
+        set_condition(
+            &mut status.conditions,
+            cond(type_, false, reason, message.clone()),
+        );
+    }
+    status
+        .conditions
+        .retain(|c| c.type_ != "Degraded" || c.status == "False");
 }
 
 /// The decision for an invalid rollout section: Degraded, nothing changes on any node.
@@ -503,7 +628,7 @@ mod tests {
     use crate::controller::snapshot::StatusWrite;
     use crate::rollout::history::Entry;
     use crate::selection::NodeLabels;
-    use hoststack_crds::{NodeState, Rollout, RolloutPhase, WaveStatus};
+    use hoststack_crds::{NodeState, NodeTuning, Rollout, RolloutPhase, WaveStatus};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use k8s_openapi::jiff::Timestamp;
     use std::sync::Arc;
@@ -533,6 +658,7 @@ mod tests {
                     name: format!("edge-{revision}"),
                     sequence: i as i64 + 1,
                     config: config(sack),
+                    from: None,
                 };
                 (revision.to_string(), entry)
             })
@@ -729,7 +855,7 @@ mod tests {
                 history(&[(&r2, "1")]),
                 vec![],
                 vec!["Conflict"],
-                Phase::Progressing,
+                Phase::Superseded,
                 Next::Requeue(JUDGING_POLL),
             ),
         ];
@@ -905,5 +1031,119 @@ mod tests {
         let status = d.status.expect("a status");
         assert_eq!(status.stable_revision.as_deref(), Some(r1.as_str()));
         assert_eq!(status.waves[0].result, "RolledBack");
+    }
+
+    #[test]
+    fn a_takeover_keeps_the_other_tunings_revision_outside_the_waves_and_returns_to_it() {
+        // edge-sack (sack 1) runs on a and b; newbie (sack 0, higher priority) takes over.
+        let sack = tuning("edge-sack", "edge", "1");
+        let rs = sack.spec.config.revision();
+        let mut newbie = tuning("newbie", "edge", "0");
+        newbie.spec.priority = 900;
+        let rn = newbie.spec.config.revision();
+        let on_sack = |n: &str| {
+            let spec = spec_on("edge-sack", Some((&rs, "1")), RolloutPhase::Stable);
+            node_tuning(n, spec, Some((NodeState::Applied, "edge-sack", &rs)))
+        };
+        let world = |newbie: &NetworkTuning, nts: Vec<NodeTuning>| World {
+            tunings: vec![newbie.clone(), sack.clone()],
+            nodes: vec![
+                node("a", "edge", true, true),
+                node("b", "edge", true, false),
+            ],
+            node_tunings: nts,
+            heartbeats: vec![heartbeat("a"), heartbeat("b")],
+        };
+        let snap = snapshot(world(&newbie, vec![on_sack("a"), on_sack("b")]));
+        let step = prepare(&newbie, &snap).unwrap_or_else(|_| panic!("a valid rollout"));
+        // The history records a copy of edge-sack's revision before any node leaves it.
+        let borrowed = step.borrowed();
+        assert_eq!(
+            borrowed
+                .iter()
+                .map(|b| (b.revision.as_str(), b.tuning.as_str()))
+                .collect::<Vec<_>>(),
+            [(rs.as_str(), "edge-sack")]
+        );
+        assert_eq!(step.kept(), std::slice::from_ref(&rs));
+        let mut recorded = history(&[(&rn, "0")]);
+        recorded.insert(
+            rs.clone(),
+            Entry {
+                name: format!("newbie-{rs}"),
+                sequence: 2,
+                config: config("1"),
+                from: Some("edge-sack".into()),
+            },
+        );
+        let d = step.decide(&recorded, (Verdict::Pending, None));
+        // The canary moves from edge-sack's revision to newbie's; b keeps edge-sack's.
+        let spec_of = |d: &Decision, n: &str| {
+            d.specs
+                .iter()
+                .find(|w| w.node == n)
+                .map(|w| w.spec.clone())
+                .unwrap_or_else(|| panic!("{n} written: {:?}", d.specs))
+        };
+        let a = spec_of(&d, "a");
+        assert_eq!(
+            (a.tuning.as_deref(), a.revision.as_deref(), a.rollout_phase),
+            (
+                Some("newbie"),
+                Some(rn.as_str()),
+                Some(RolloutPhase::Canary)
+            )
+        );
+        let b = spec_of(&d, "b");
+        assert_eq!(
+            (b.tuning.as_deref(), b.revision.as_deref(), b.rollout_phase),
+            (
+                Some("edge-sack"),
+                Some(rs.as_str()),
+                Some(RolloutPhase::Baseline)
+            )
+        );
+        assert_eq!(b.config, Some(config("1")));
+        let status = d.status.clone().unwrap();
+        assert_eq!(status.waves[0].from.len(), 1);
+        assert_eq!(status.waves[0].from[0].tuning.as_deref(), Some("edge-sack"));
+
+        // The canary fails: it goes back to edge-sack's revision, from the copy.
+        newbie.status = Some(status);
+        let failed = node_tuning(
+            "a",
+            spec_on("newbie", Some((&rn, "0")), RolloutPhase::Canary),
+            Some((NodeState::Failed, "newbie", &rn)),
+        );
+        let mut b_baseline = on_sack("b");
+        b_baseline.spec = b.clone();
+        let snap = snapshot(world(&newbie, vec![failed, b_baseline]));
+        let step = prepare(&newbie, &snap).unwrap_or_else(|_| panic!("a valid rollout"));
+        assert!(
+            step.kept().contains(&rs),
+            "the copy is kept while a may return"
+        );
+        let d = step.decide(&recorded, (Verdict::Pending, None));
+        assert_eq!(phase(&d), Some(Phase::RolledBack));
+        let a = spec_of(&d, "a");
+        assert_eq!(
+            (a.tuning.as_deref(), a.revision.as_deref(), a.config),
+            (Some("edge-sack"), Some(rs.as_str()), Some(config("1")))
+        );
+        assert!(
+            spec_of(&d, "b").revision.as_deref() == Some(rs.as_str()),
+            "b never moved"
+        );
+
+        // edge-sack, meanwhile, governs nothing: Superseded, and it writes nothing.
+        let snap = snapshot(world(&newbie, vec![on_sack("a"), on_sack("b")]));
+        let d = prepare(&sack, &snap)
+            .unwrap_or_else(|_| panic!("a valid rollout"))
+            .decide(&history(&[]), (Verdict::Pending, None));
+        assert_eq!(writes(&d), []);
+        let status = d.status.unwrap();
+        assert_eq!(status.phase, Some(Phase::Superseded));
+        assert_eq!(status.superseded_by.as_deref(), Some("newbie"));
+        assert_eq!(status.progress.as_deref(), Some("0/0"));
     }
 }

@@ -1,7 +1,9 @@
-//! The decision for a deleted tuning: each of its nodes goes to the tuning that governs it now
-//! or has its spec withdrawn, and the finalizer waits, bounded by the revert timeout, until
-//! every node confirmed its revert; then the agent labels follow and the revision history goes.
-//! Pure, like [`super::apply`].
+//! The decision for a deleted tuning: each of its nodes that no tuning governs now has its spec
+//! withdrawn, and the finalizer waits, bounded by the revert timeout, until every such node
+//! confirmed its revert; then the agent labels follow and the revision history goes. A node
+//! another tuning governs now keeps what it runs: that tuning's reconcile hands it over as a
+//! staged rollout, canary first (its history keeps a copy of the revision the node runs, for a
+//! rollback). Pure, like [`super::apply`].
 
 use std::time::Duration;
 
@@ -9,36 +11,34 @@ use hoststack_crds::{NetworkTuning, NodeState};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
+use super::apply::unselected;
 use super::decision::{Announcement, Decision, Gauges, Next, SpecWrite, Why};
 use super::snapshot::Snapshot;
-use super::writes::{agent_labels, heir_spec, withdrawn_spec};
+use super::writes::{agent_labels, withdrawn_spec};
 use crate::status::{condition, set_condition};
 
 /// What deleting `tuning` does next, when its nodes get `revert_timeout` to confirm.
 pub fn decide(tuning: &NetworkTuning, snap: &Snapshot, revert_timeout: Duration) -> Decision {
     let name = tuning.name_any();
-    let specs: Vec<SpecWrite> = snap
-        .node_tunings
-        .iter()
-        .filter(|(_, nt)| nt.spec.tuning.as_deref() == Some(name.as_str()))
-        .map(|(node, _)| {
-            // A node another tuning now governs goes to that tuning at once.
-            let heir = snap
-                .assignment
-                .governor
+    let specs: Vec<SpecWrite> = unselected(snap, &name)
+        .into_iter()
+        .filter(|node| {
+            // Already withdrawn: nothing to write.
+            snap.node_tunings
                 .get(node)
-                .and_then(|g| snap.tunings.iter().find(|t| t.name_any() == *g));
-            SpecWrite {
-                node: node.clone(),
-                spec: heir.map(|t| heir_spec(t)).unwrap_or_else(withdrawn_spec),
-                why: Why::Deleted,
-            }
+                .is_some_and(|nt| nt.spec.without_preview() != withdrawn_spec())
+        })
+        .map(|node| SpecWrite {
+            node,
+            spec: withdrawn_spec(),
+            why: Why::Deleted,
         })
         .collect();
 
     let pending: Vec<String> = snap
         .node_tunings
         .iter()
+        .filter(|(node, _)| !snap.assignment.governor.contains_key(*node))
         .filter(|(_, nt)| {
             let spec_ours = nt.spec.tuning.as_deref() == Some(name.as_str());
             let status = nt.status.as_ref();
@@ -129,7 +129,7 @@ mod tests {
     use crate::controller::fixtures::{deleted, node, node_tuning, spec_on, tuning, World};
     use crate::controller::writes::AgentLabel;
     use crate::selection::NodeLabels;
-    use hoststack_crds::{Mode, NetworkTuningStatus, NodeTuningSpec, Phase, RolloutPhase};
+    use hoststack_crds::{Mode, NodeTuningSpec, RolloutPhase};
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
     use std::sync::Arc;
 
@@ -241,42 +241,38 @@ mod tests {
     }
 
     #[test]
-    fn a_node_another_tuning_governs_goes_to_it_at_once() {
+    fn a_node_another_tuning_governs_keeps_what_it_runs_for_that_tunings_rollout() {
         let edge = deleted(
             tuning("edge", "edge", "1"),
             Timestamp::from_second(10_000).unwrap(),
         );
         let r = edge.spec.config.revision();
         let heir = tuning("heir", "edge", "0");
-        let heir_revision = heir.spec.config.revision();
-        let mut moving = heir.clone();
-        moving.status = Some(NetworkTuningStatus {
-            stable_revision: Some("older".into()),
-            phase: Some(Phase::Progressing),
-            ..NetworkTuningStatus::default()
-        });
-        for (heir, want) in [(heir, Some(heir_revision.as_str())), (moving, None)] {
-            let world = World {
-                tunings: vec![edge.clone(), heir],
-                nodes: vec![node("a", "edge", true, false)],
-                node_tunings: vec![node_tuning(
-                    "a",
-                    spec_on("edge", Some((&r, "1")), RolloutPhase::Stable),
-                    Some((NodeState::Applied, "edge", &r)),
-                )],
-                ..World::default()
-            };
-            let d = decide(
-                &edge,
-                &snapshot(world, Timestamp::from_second(10_001).unwrap()),
-                TIMEOUT,
-            );
-            let spec = &d.specs[0].spec;
-            assert_eq!(spec.tuning.as_deref(), Some("heir"));
-            // The heir's current revision when it is stable; nothing to apply while it moves.
-            assert_eq!(spec.revision.as_deref(), want);
-            assert_eq!(spec.rollout_phase, Some(RolloutPhase::Stable));
-            assert_eq!(d.next, Next::WaitForRevert(vec!["a".into()]));
-        }
+        let on_edge = |n: &str| {
+            node_tuning(
+                n,
+                spec_on("edge", Some((&r, "1")), RolloutPhase::Stable),
+                Some((NodeState::Applied, "edge", &r)),
+            )
+        };
+        let world = World {
+            tunings: vec![edge.clone(), heir],
+            // a is in the heir's pool; b in no tuning's any more.
+            nodes: vec![
+                node("a", "edge", true, false),
+                node("b", "core", true, false),
+            ],
+            node_tunings: vec![on_edge("a"), on_edge("b")],
+            ..World::default()
+        };
+        let d = decide(
+            &edge,
+            &snapshot(world, Timestamp::from_second(10_001).unwrap()),
+            TIMEOUT,
+        );
+        // Nothing written to a, and only b is waited for.
+        let written: Vec<&str> = d.specs.iter().map(|w| w.node.as_str()).collect();
+        assert_eq!(written, ["b"]);
+        assert_eq!(d.next, Next::WaitForRevert(vec!["b".into()]));
     }
 }

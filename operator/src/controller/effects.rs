@@ -95,7 +95,7 @@ async fn write_status(
 #[instrument(skip_all, fields(node = %write.node, revision = ?write.spec.revision))]
 async fn write_spec(client: &Client, tuning: &str, write: SpecWrite) -> Result<()> {
     info!(
-        heir = write.spec.tuning.as_deref().filter(|t| *t != tuning),
+        from = write.spec.tuning.as_deref().filter(|t| *t != tuning),
         phase = write.spec.rollout_phase.map(tracing::field::debug),
         "{}",
         write.why.message()

@@ -121,6 +121,7 @@ pub fn spec_on(
 ) -> NodeTuningSpec {
     NodeTuningSpec {
         tuning: Some(tuning.into()),
+        governed_by: Some(tuning.into()),
         revision: revision.map(|(r, _)| r.into()),
         config: revision.map(|(_, sack)| config(sack)),
         mode: Some(hoststack_crds::Mode::Apply),

@@ -116,11 +116,19 @@ pub async fn run(
     .default_backoff()
     .touched_objects()
     .filter_map(|_| future::ready(None::<()>));
+    // A tuning created, edited or being deleted can change who governs which node (a node it
+    // lets go goes to another tuning, as a staged rollout of that one): every tuning looks
+    // again. Status writes change neither, and trigger nothing here.
+    let tuning_events = watcher(tunings_api.clone(), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(selection_inputs, Default::default())
+        .map(|_| ());
     // Any change of a node's labels or of an agent's report can change any tuning's outcome
     // (selection, conflicts, status), so it reconciles them all.
     let triggers = futures::stream::select(
         futures::stream::select(node_events.map(|_| ()), nt_events.map(|_| ())),
-        heartbeat_events,
+        futures::stream::select(heartbeat_events, tuning_events),
     );
 
     let controller = Controller::new(tunings_api, watcher::Config::default());
@@ -153,6 +161,20 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// What of a tuning selection depends on: its spec (by generation) and whether it is being
+/// deleted.
+fn selection_inputs(tuning: &NetworkTuning) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    tuning.metadata.generation.hash(&mut hasher);
+    tuning
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Reconciles one tuning, with the finalizer that reverts its nodes on deletion.
@@ -258,7 +280,8 @@ async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action>
                 &ctx.namespace,
                 tuning,
                 step.revision(),
-                step.stable(),
+                &step.kept(),
+                &step.borrowed(),
             )
             .await?;
             let judgement = match step.gate() {

@@ -1,25 +1,25 @@
 //! What the operator writes to its nodes' objects, as values: the NodeTuning spec that puts a
-//! node on a revision, hands it to an heir or withdraws it, and which nodes' agent label is to
-//! change. Pure; the effects send them.
+//! node on a revision or withdraws it, and which nodes' agent label is to change. Pure; the
+//! effects send them.
 
-use hoststack_crds::{
-    Mode, NetworkTuning, NodeConfig, NodeTuningSpec, RolloutPhase, AGENT_NODE_LABEL,
-};
-use kube::ResourceExt;
+use hoststack_crds::{Mode, NodeConfig, NodeTuningSpec, AGENT_NODE_LABEL};
 
 use super::snapshot::Snapshot;
 use crate::daemonset::needs_agent;
 use crate::rollout::nodes::NodePlan;
 
-/// The NodeTuning spec that puts a node on `revision` (with its `config`) of `tuning`; without a
+/// The NodeTuning spec by which `governor` puts a node on `revision` (with its `config`) of
+/// `tuning` (the governor itself, or the tuning it took the node over from); without a
 /// revision, the node carries the tuning's name and phase but nothing to apply.
 pub fn node_spec(
+    governor: &str,
     tuning: &str,
     revision: Option<(&str, &NodeConfig)>,
     plan: &NodePlan,
 ) -> NodeTuningSpec {
     NodeTuningSpec {
         tuning: Some(tuning.to_string()),
+        governed_by: Some(governor.to_string()),
         revision: revision.map(|(r, _)| r.to_string()),
         config: revision.map(|(_, c)| c.clone()),
         mode: Some(Mode::Apply),
@@ -27,27 +27,6 @@ pub fn node_spec(
         health_request: plan.health_request.clone(),
         preview: None,
     }
-}
-
-/// The spec a node gets at once when its tuning is deleted and `heir` governs it now: the heir's
-/// stable revision when it has one, its current one otherwise.
-pub fn heir_spec(heir: &NetworkTuning) -> NodeTuningSpec {
-    let stable = heir
-        .status
-        .as_ref()
-        .and_then(|s| s.stable_revision.as_deref());
-    let current = heir.spec.config.revision();
-    let plan = NodePlan {
-        revision: None,
-        phase: RolloutPhase::Stable,
-        health_request: None,
-    };
-    if stable.is_none_or(|s| s == current) {
-        return node_spec(&heir.name_any(), Some((&current, &heir.spec.config)), &plan);
-    }
-    // The heir's stable config is on its nodes; until its own reconcile runs, the node waits
-    // with nothing to apply.
-    node_spec(&heir.name_any(), None, &plan)
 }
 
 /// The spec of a node no tuning governs: no tuning, revision or config, which asks its agent to

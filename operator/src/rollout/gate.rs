@@ -45,7 +45,7 @@ pub async fn evaluate(input: &Input<'_>) -> (Verdict, Option<AnalysisStatus>) {
         return (Verdict::Pending, None);
     };
     let index = p.waves.len() - 1;
-    let id = wave_id(&p.revision, index);
+    let id = wave_id(&p.revision, p.wave_index(index));
     if input.promote == Some(id.as_str()) {
         let message = format!("promoted by hand ({PROMOTE_ANNOTATION}={id})");
         return (
@@ -106,14 +106,22 @@ async fn analyse(
     let mut metrics = Vec::new();
     let mut request = None;
     if !thresholds.is_empty() {
-        let id = wave_id(&p.revision, index);
+        let id = wave_id(&p.revision, p.wave_index(index));
         let judged_samples: Vec<NodeSample> = judged
             .iter()
             .map(|n| sample(input.node_tunings, n, &id, Some(p.revision.as_str())))
             .collect();
+        // A baseline node counts on what it runs: the stable revision, or whatever it ran when
+        // this tuning took it over.
         let baseline_samples: Vec<NodeSample> = baseline
             .iter()
-            .map(|n| sample(input.node_tunings, n, &id, p.stable.as_deref()))
+            .map(|n| {
+                let held = input
+                    .node_tunings
+                    .get(n)
+                    .and_then(|nt| nt.spec.revision.as_deref());
+                sample(input.node_tunings, n, &id, held)
+            })
             .collect();
         let overdue_at = applied_at + (2 * window + SAMPLE_GRACE).as_secs();
         let judgement = analysis::judge(
@@ -233,14 +241,19 @@ mod tests {
     fn progress() -> Progress {
         let mut p = Progress::start("r2", Some("r1"));
         p.waves.push(Wave {
-            nodes: vec!["a".into()],
             applied_at: Some(100),
+            ..Wave::of(vec!["a".into()])
         });
         p
     }
 
+    /// A node whose spec holds r1, with a sample taken on `revision`.
     fn with_sample(revision: &str, out: u64, retrans: u64) -> NodeTuning {
-        let mut nt = NodeTuning::new("x", NodeTuningSpec::default());
+        let spec = NodeTuningSpec {
+            revision: Some("r1".into()),
+            ..NodeTuningSpec::default()
+        };
+        let mut nt = NodeTuning::new("x", spec);
         nt.status = Some(NodeTuningStatus {
             health: Some(HealthSample {
                 request_id: "r2-wave0".into(),
@@ -346,11 +359,18 @@ mod tests {
             nts.extend(b.map(|b| ("b".to_string(), b)));
             nts
         };
-        let (alone, wrong, clean, noisy) = (
+        let taken_over = {
+            let mut nt = with_sample("w1", 1000, 1);
+            nt.spec.tuning = Some("core".into());
+            nt.spec.revision = Some("w1".into());
+            nt
+        };
+        let (alone, wrong, clean, noisy, other) = (
             nodes(None),
             nodes(Some(with_sample("r2", 1000, 1))),
             nodes(Some(with_sample("r1", 1000, 1))),
             nodes(Some(with_sample("r1", 1000, 40))),
+            nodes(Some(taken_over)),
         );
         let input = |nts, now| Input {
             name: "edge",
@@ -378,5 +398,10 @@ mod tests {
             ("Fail", Some("r2-wave0"))
         );
         assert_eq!(evaluate(&input(&noisy, 110)).await.0, Verdict::Pass);
+        // A baseline node still on another tuning's revision counts on that revision.
+        assert!(matches!(
+            evaluate(&input(&other, 110)).await.0,
+            Verdict::Fail(_)
+        ));
     }
 }

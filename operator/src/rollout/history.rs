@@ -4,6 +4,11 @@
 //! The history is bounded: the newest [`HISTORY_LIMIT`] revisions are kept, and the current and
 //! stable ones always.
 //!
+//! A tuning that takes nodes over from another records a copy of the other's revision they
+//! run ([`Borrowed`], labelled [`HISTORY_FROM_LABEL`]`=<other tuning>`) before any wave moves
+//! them, so that a rollback returns them to it even once the other tuning is gone; a copy goes
+//! as soon as no node runs it or may return to it.
+//!
 //! A history belongs to one tuning object, not to its name: revisions owned by an earlier
 //! object of the same name (deleted, and not yet collected) are not read, and one in the way of
 //! a new revision is replaced. [`forget`] deletes a deleted tuning's history itself, so it goes
@@ -11,7 +16,9 @@
 
 use std::collections::BTreeMap;
 
-use hoststack_crds::{NetworkTuning, NodeConfig, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL};
+use hoststack_crds::{
+    NetworkTuning, NodeConfig, HISTORY_FROM_LABEL, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL,
+};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -32,6 +39,19 @@ pub struct Entry {
     pub sequence: i64,
     /// The node config of the revision.
     pub config: NodeConfig,
+    /// The tuning whose revision this is a copy of; `None` for the tuning's own.
+    pub from: Option<String>,
+}
+
+/// Another tuning's revision that nodes this tuning took over run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Borrowed {
+    /// The revision.
+    pub revision: String,
+    /// The tuning it is a revision of.
+    pub tuning: String,
+    /// Its node config.
+    pub config: NodeConfig,
 }
 
 /// The recorded revisions of a tuning, by revision hash.
@@ -42,25 +62,37 @@ pub fn object_name(tuning: &str, revision: &str) -> String {
     format!("{tuning}-{revision}")
 }
 
-/// Which recorded revisions to delete: all but the newest `HISTORY_LIMIT`, never `keep`.
+/// Which recorded revisions to delete: of the tuning's own, all but the newest
+/// `HISTORY_LIMIT`; of the copies, every one; never one in `keep`.
 pub fn to_prune<'a>(history: &'a History, keep: &[&str]) -> Vec<&'a str> {
-    let mut by_age: Vec<(&str, &Entry)> = history.iter().map(|(r, e)| (r.as_str(), e)).collect();
+    let mut by_age: Vec<(&str, &Entry)> = history
+        .iter()
+        .filter(|(_, e)| e.from.is_none())
+        .map(|(r, e)| (r.as_str(), e))
+        .collect();
     by_age.sort_by_key(|(_, e)| std::cmp::Reverse(e.sequence));
+    let copies = history
+        .iter()
+        .filter(|(_, e)| e.from.is_some())
+        .map(|(r, e)| (r.as_str(), e));
     by_age
         .into_iter()
         .skip(HISTORY_LIMIT)
+        .chain(copies)
         .filter(|(r, _)| !keep.contains(r))
         .map(|(_, e)| e.name.as_str())
         .collect()
 }
 
-/// Reads a tuning's history, records `revision` when it is new, and prunes the oldest.
+/// Reads a tuning's history, records `revision` and copies of the `borrowed` revisions when
+/// they are new, and prunes what is neither recent nor `kept` (nor borrowed).
 pub async fn sync(
     client: &Client,
     namespace: &str,
     tuning: &NetworkTuning,
     revision: &str,
-    stable: Option<&str>,
+    kept: &[String],
+    borrowed: &[Borrowed],
 ) -> Result<History> {
     let api = Api::<ControllerRevision>::namespaced(client.clone(), namespace);
     let name = tuning.name_any();
@@ -76,57 +108,46 @@ pub async fn sync(
         .into_iter()
         .filter_map(|cr| {
             let revision = cr.labels().get(HISTORY_REVISION_LABEL)?.clone();
+            let from = cr.labels().get(HISTORY_FROM_LABEL).cloned();
             let config = serde_json::from_value(cr.data.0).ok()?;
             let entry = Entry {
                 name: cr.metadata.name?,
                 sequence: cr.revision.unwrap_or(0),
                 config,
+                from,
             };
             Some((revision, entry))
         })
         .collect();
-    if !history.contains_key(revision) {
+    let own = (revision, &tuning.spec.config, None);
+    let copies = borrowed
+        .iter()
+        .map(|b| (b.revision.as_str(), &b.config, Some(&b.tuning)));
+    for (revision, config, from) in std::iter::once(own).chain(copies) {
+        if history.contains_key(revision) {
+            continue;
+        }
         let sequence = history.values().map(|e| e.sequence).max().unwrap_or(0) + 1;
-        let object_name = object_name(&name, revision);
+        let entry = Entry {
+            name: object_name(&name, revision),
+            sequence,
+            config: config.clone(),
+            from: from.cloned(),
+        };
         if earlier
             .iter()
-            .any(|cr| cr.metadata.name.as_deref() == Some(object_name.as_str()))
+            .any(|cr| cr.metadata.name.as_deref() == Some(entry.name.as_str()))
         {
             info!(tuning = %name, revision, "replacing an earlier tuning's revision");
-            delete(&api, &object_name).await?;
+            delete(&api, &entry.name).await?;
         }
-        let cr = ControllerRevision {
-            metadata: ObjectMeta {
-                name: Some(object_name.clone()),
-                namespace: Some(namespace.into()),
-                labels: Some(BTreeMap::from([
-                    (HISTORY_TUNING_LABEL.to_string(), name.clone()),
-                    (HISTORY_REVISION_LABEL.to_string(), revision.to_string()),
-                ])),
-                owner_references: tuning.controller_owner_ref(&()).map(|o| vec![o]),
-                ..ObjectMeta::default()
-            },
-            data: RawExtension(
-                serde_json::to_value(&tuning.spec.config).expect("a NodeConfig always serializes"),
-            ),
-            revision: Some(sequence),
-        };
-        match api.create(&PostParams::default(), &cr).await {
-            Ok(_) => info!(tuning = %name, revision, sequence, "recorded revision"),
-            // Another reconcile recorded it first: the same content by construction.
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-        history.insert(
-            revision.to_string(),
-            Entry {
-                name: object_name,
-                sequence,
-                config: tuning.spec.config.clone(),
-            },
-        );
+        record(&api, tuning, namespace, revision, &entry).await?;
+        history.insert(revision.to_string(), entry);
     }
-    let keep: Vec<&str> = [Some(revision), stable].into_iter().flatten().collect();
+    let keep: Vec<&str> = std::iter::once(revision)
+        .chain(kept.iter().map(String::as_str))
+        .chain(borrowed.iter().map(|b| b.revision.as_str()))
+        .collect();
     let prune: Vec<String> = to_prune(&history, &keep)
         .into_iter()
         .map(String::from)
@@ -136,6 +157,46 @@ pub async fn sync(
         history.retain(|_, e| e.name != object);
     }
     Ok(history)
+}
+
+/// Creates the ControllerRevision of `entry`, owned by `tuning`; one another reconcile created
+/// first is the same by construction.
+async fn record(
+    api: &Api<ControllerRevision>,
+    tuning: &NetworkTuning,
+    namespace: &str,
+    revision: &str,
+    entry: &Entry,
+) -> Result<()> {
+    let name = tuning.name_any();
+    let mut labels = BTreeMap::from([
+        (HISTORY_TUNING_LABEL.to_string(), name.clone()),
+        (HISTORY_REVISION_LABEL.to_string(), revision.to_string()),
+    ]);
+    if let Some(from) = &entry.from {
+        labels.insert(HISTORY_FROM_LABEL.to_string(), from.clone());
+    }
+    let cr = ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(entry.name.clone()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels),
+            owner_references: tuning.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        data: RawExtension(
+            serde_json::to_value(&entry.config).expect("a NodeConfig always serializes"),
+        ),
+        revision: Some(entry.sequence),
+    };
+    match api.create(&PostParams::default(), &cr).await {
+        Ok(_) => {
+            info!(tuning = %name, revision, sequence = entry.sequence, from = entry.from.as_deref(), "recorded revision");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Deletes every recorded revision of the tuning named `tuning` (it is being deleted).
@@ -177,19 +238,22 @@ mod tests {
 
     #[test]
     fn prunes_the_oldest_but_never_the_current_or_stable_revision() {
-        let history: History = (1..=13)
+        let history: History = (1..=15)
             .map(|i| {
                 let entry = Entry {
                     name: format!("t-r{i}"),
                     sequence: i,
                     config: NodeConfig::default(),
+                    // r14 and r15 are copies of another tuning's revisions.
+                    from: (i > 13).then(|| "core".to_string()),
                 };
                 (format!("r{i}"), entry)
             })
             .collect();
-        let mut pruned = to_prune(&history, &["r2"]);
+        let mut pruned = to_prune(&history, &["r2", "r15"]);
         pruned.sort();
-        assert_eq!(pruned, ["t-r1", "t-r3"]);
+        // The oldest own revisions beyond the ten newest, and every copy nobody keeps.
+        assert_eq!(pruned, ["t-r1", "t-r14", "t-r3"]);
         let small: History = history.into_iter().take(3).collect();
         assert!(to_prune(&small, &[]).is_empty());
         assert_eq!(object_name("edge", "abc"), "edge-abc");

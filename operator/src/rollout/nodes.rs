@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use hoststack_crds::{wave_id, HealthRequest, RolloutPhase};
 
-use super::planner::{Decision, Progress, State};
+use super::planner::{Decision, Holding, Progress, State};
 
 /// One node's instruction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodePlan {
-    /// The revision to run; `None`: nothing of this tuning yet.
-    pub revision: Option<String>,
+    /// What to run: a revision of this tuning, what it ran before (another tuning's revision),
+    /// or nothing.
+    pub target: Holding,
     /// Its part in the rollout.
     pub phase: RolloutPhase,
     /// Health sampling asked of its agent.
@@ -25,13 +26,17 @@ pub fn health_request(progress: &Progress, window: Duration) -> Option<HealthReq
     let judging = matches!(progress.state, State::Progressing | State::Paused(_));
     let wave = progress.waves.last()?;
     (judging && wave.applied_at.is_some()).then(|| HealthRequest {
-        id: wave_id(&progress.revision, progress.waves.len() - 1),
+        id: wave_id(
+            &progress.revision,
+            progress.wave_index(progress.waves.len() - 1),
+        ),
         window: format!("{}ms", window.as_millis()),
     })
 }
 
 /// Every node's instruction. `sampling` is the health request of the wave being judged (from
-/// [`health_request`]); it goes to the wave's nodes and to the baseline.
+/// [`health_request`]); it goes to the wave's nodes and to the baseline (every node in no wave
+/// of this round, whatever it runs).
 pub fn plan_nodes(
     decision: &Decision,
     sampling: Option<&HealthRequest>,
@@ -46,9 +51,9 @@ pub fn plan_nodes(
     let in_flight = progress.waves.len().checked_sub(1);
     let settled = matches!(progress.state, State::Complete | State::RolledBack(_));
     decision
-        .revisions
+        .targets
         .iter()
-        .map(|(node, revision)| {
+        .map(|(node, target)| {
             let wave = wave_of.get(node.as_str()).copied();
             let phase = match wave {
                 _ if settled => RolloutPhase::Stable,
@@ -58,7 +63,7 @@ pub fn plan_nodes(
             };
             let sampled = !settled && (wave.is_none() || wave == in_flight);
             let plan = NodePlan {
-                revision: revision.clone(),
+                target: target.clone(),
                 phase,
                 health_request: sampling.filter(|_| sampled).cloned(),
             };
@@ -77,20 +82,20 @@ mod tests {
         progress.state = state;
         progress.waves = vec![
             Wave {
-                nodes: vec!["a".into()],
                 applied_at: Some(5),
+                ..Wave::of(vec!["a".into()])
             },
             Wave {
-                nodes: vec!["b".into()],
                 applied_at: applied,
+                ..Wave::of(vec!["b".into()])
             },
         ];
-        let revisions = [("a", "r2"), ("b", "r2"), ("c", "r1")]
+        let targets = [("a", "r2"), ("b", "r2"), ("c", "r1")]
             .into_iter()
-            .map(|(n, r)| (n.to_string(), Some(r.to_string())))
+            .map(|(n, r)| (n.to_string(), Holding::Own(r.to_string())))
             .collect();
         Decision {
-            revisions,
+            targets,
             progress,
             requeue_after: None,
         }
@@ -119,7 +124,7 @@ mod tests {
             .map(|(n, _)| n.as_str())
             .collect();
         assert_eq!(sampled, ["b", "c"]);
-        assert_eq!(plans["c"].revision.as_deref(), Some("r1"));
+        assert_eq!(plans["c"].target, Holding::Own("r1".into()));
     }
 
     #[test]

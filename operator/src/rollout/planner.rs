@@ -1,13 +1,18 @@
-//! The rollout planner: a pure function from (strategy, what the nodes report, the rollout's
-//! progress so far, the analysis verdict, now) to the revision each node should run next and
+//! The rollout planner: a pure function from (strategy, what the nodes run and report, the
+//! rollout's progress so far, the analysis verdict, now) to what each node should run next and
 //! the rollout's new progress. No cluster, no clock, no I/O: every transition is a table test.
 //!
-//! A rollout moves a tuning's nodes from the stable revision to the current one in waves: the
-//! canary first (nodes labelled hoststack.dev/canary=true preferred), then waves of at most
-//! `maxUnavailable` nodes. A wave is done when every node in it applied the revision, its pause
-//! has elapsed and it was judged (or promoted by hand). A node that fails, or a failed analysis,
-//! rolls every updated node back to the stable revision (or halts, without autoRollback); only a
-//! new revision tries again. An inconclusive analysis pauses; it never counts as a pass.
+//! A rollout moves a tuning's nodes onto its current revision in waves: the canary first
+//! (nodes labelled hoststack.dev/canary=true preferred), then waves of at most
+//! `maxUnavailable` nodes. A node's baseline is what it runs now ([`Holding`]): the tuning's
+//! stable revision, an earlier one, another tuning's revision (a takeover), or nothing. Nodes
+//! outside the waves keep it; each wave moves its nodes from it to the revision in one step
+//! and remembers where they came from. A wave is done when every node in it applied the
+//! revision, its pause has elapsed and it was judged (or promoted by hand). A node that fails,
+//! or a failed analysis, returns every node of the waves to where it came from (or halts,
+//! without autoRollback); only a new revision tries again. An inconclusive analysis pauses; it
+//! never counts as a pass. A complete rollout whose tuning is handed nodes that run something
+//! else (another tuning's revision) starts a new round of waves for them, canary first.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -64,6 +69,40 @@ pub struct NodeView {
     pub available: bool,
     /// What its agent reports about the current revision.
     pub report: Report,
+    /// What its NodeTuning spec holds now.
+    pub holding: Holding,
+}
+
+/// What a node runs, as one tuning's rollout sees it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Holding {
+    /// Nothing of hoststack's.
+    Nothing,
+    /// A revision of the tuning being rolled out.
+    Own(String),
+    /// A revision of another tuning: the nodes were taken over from it.
+    Other {
+        /// The other tuning.
+        tuning: String,
+        /// Its revision.
+        revision: String,
+    },
+}
+
+impl Holding {
+    /// What a node of a rollout whose stable revision is `stable` ran when its wave does not
+    /// say otherwise.
+    pub fn stable(stable: Option<&str>) -> Holding {
+        stable.map_or(Holding::Nothing, |s| Holding::Own(s.into()))
+    }
+
+    /// The revision held, of whichever tuning.
+    pub fn revision(&self) -> Option<&str> {
+        match self {
+            Holding::Nothing => None,
+            Holding::Own(r) | Holding::Other { revision: r, .. } => Some(r),
+        }
+    }
 }
 
 /// An agent's report about one revision.
@@ -105,13 +144,27 @@ pub enum State {
     Halted(String),
 }
 
-/// One wave: its nodes and when it finished applying.
+/// One wave: its nodes, where they came from and when it finished applying.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wave {
     /// The nodes changed in this wave.
     pub nodes: Vec<String>,
     /// When every node of the wave had applied (the start of its pause), in seconds.
     pub applied_at: Option<u64>,
+    /// What its nodes ran before, for those that did not run the rollout's stable revision
+    /// ([`Holding::stable`]): where a rollback returns them.
+    pub from: BTreeMap<String, Holding>,
+}
+
+impl Wave {
+    /// A wave of `nodes` that all came from the stable revision, not applied yet.
+    pub fn of(nodes: Vec<String>) -> Self {
+        Wave {
+            nodes,
+            applied_at: None,
+            from: BTreeMap::new(),
+        }
+    }
 }
 
 /// The rollout's memory, kept in the tuning's status between reconciles.
@@ -119,10 +172,16 @@ pub struct Wave {
 pub struct Progress {
     /// The revision being rolled out.
     pub revision: String,
-    /// The revision every node ran before (absent for a first rollout).
+    /// The last revision of this tuning that every node it governed applied (absent before
+    /// its first rollout completed).
     pub stable: Option<String>,
-    /// The waves so far; the last one is in flight unless the rollout ended.
+    /// The waves of this round so far; the last one is in flight unless the rollout ended.
+    /// The first is the canary.
     pub waves: Vec<Wave>,
+    /// The index of `waves[0]` among every wave of the revision: 0, or past the waves of the
+    /// earlier rounds (a handover restarts a complete rollout), so that a wave's id
+    /// ([`hoststack_crds::wave_id`]) is never reused for the same revision.
+    pub first_wave: usize,
     /// Where the rollout stands.
     pub state: State,
 }
@@ -134,6 +193,19 @@ impl Progress {
             revision: revision.into(),
             stable: stable.map(Into::into),
             waves: Vec::new(),
+            first_wave: 0,
+            state: State::Progressing,
+        }
+    }
+
+    /// A new round of the same revision after this one: no wave yet, numbered after this
+    /// round's waves.
+    pub fn next_round(&self) -> Self {
+        Progress {
+            revision: self.revision.clone(),
+            stable: self.stable.clone(),
+            waves: Vec::new(),
+            first_wave: self.first_wave + self.waves.len(),
             state: State::Progressing,
         }
     }
@@ -145,14 +217,33 @@ impl Progress {
             .flat_map(|w| w.nodes.iter().map(String::as_str))
             .collect()
     }
+
+    /// The index among every wave of the revision of this round's wave `i`.
+    pub fn wave_index(&self, i: usize) -> usize {
+        self.first_wave + i
+    }
+
+    /// Where each node of the waves came from.
+    pub fn origins(&self) -> BTreeMap<&str, Holding> {
+        let stable = Holding::stable(self.stable.as_deref());
+        self.waves
+            .iter()
+            .flat_map(|w| {
+                w.nodes.iter().map(|n| {
+                    let from = w.from.get(n).cloned().unwrap_or_else(|| stable.clone());
+                    (n.as_str(), from)
+                })
+            })
+            .collect()
+    }
 }
 
 /// The planner's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    /// The revision each node should run: the rollout's, the stable one, or `None` (no
-    /// revision yet: nothing of this tuning on the node).
-    pub revisions: BTreeMap<String, Option<String>>,
+    /// What each node should run: the rollout's revision, or what it ran before (the stable
+    /// revision, an earlier one, another tuning's, or nothing).
+    pub targets: BTreeMap<String, Holding>,
     /// The rollout's new memory.
     pub progress: Progress,
     /// When to look again at the latest (a pause ends), in seconds from now.
@@ -171,6 +262,13 @@ pub fn plan(
     let mut requeue_after = None;
     let reports: BTreeMap<&str, &NodeView> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
 
+    // A complete rollout handed nodes that run something else goes again for them.
+    if progress.state == State::Complete
+        && !strategy.paused
+        && !candidates(&progress, nodes).is_empty()
+    {
+        progress = progress.next_round();
+    }
     if matches!(progress.state, State::Progressing | State::Paused(_)) {
         step(
             strategy,
@@ -184,34 +282,55 @@ pub fn plan(
     }
 
     Decision {
-        revisions: revisions(&progress, nodes),
+        targets: targets(&progress, nodes),
         progress,
         requeue_after,
     }
 }
 
-/// The rollout held where it is: no step, each node on the revision `previous` gives it. For
-/// when nothing can be judged (no agent has reported yet).
+/// The rollout held where it is: no step, each node on what `previous` gives it. For when
+/// nothing can be judged (no agent has reported yet).
 pub fn hold(previous: &Progress, nodes: &[NodeView]) -> Decision {
     Decision {
-        revisions: revisions(previous, nodes),
+        targets: targets(previous, nodes),
         progress: previous.clone(),
         requeue_after: None,
     }
 }
 
-/// The revision each node runs at `progress`.
-fn revisions(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Option<String>> {
-    let updated = progress.updated();
+/// What each node runs at `progress`: the nodes of the waves the revision (or, rolled back,
+/// where they came from); every other node what it holds, except that a node holding nothing
+/// gets the stable revision at once (a node joining the pool).
+fn targets(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Holding> {
+    let origins = progress.origins();
     nodes
         .iter()
         .map(|n| {
-            let revision = match &progress.state {
-                State::RolledBack(_) => progress.stable.clone(),
-                _ if updated.contains(n.name.as_str()) => Some(progress.revision.clone()),
-                _ => progress.stable.clone(),
+            let target = match origins.get(n.name.as_str()) {
+                Some(from) if matches!(progress.state, State::RolledBack(_)) => from.clone(),
+                Some(_) => Holding::Own(progress.revision.clone()),
+                None if n.holding == Holding::Nothing => {
+                    Holding::stable(progress.stable.as_deref())
+                }
+                None => n.holding.clone(),
             };
-            (n.name.clone(), revision)
+            (n.name.clone(), target)
+        })
+        .collect()
+}
+
+/// The nodes a next wave may take: available, in no wave yet, and running something other
+/// than the revision (a node holding nothing only when there is no stable revision to give it
+/// at once).
+fn candidates<'a>(progress: &Progress, nodes: &'a [NodeView]) -> Vec<&'a NodeView> {
+    let updated = progress.updated();
+    let own = Holding::Own(progress.revision.clone());
+    nodes
+        .iter()
+        .filter(|n| n.available && !updated.contains(n.name.as_str()))
+        .filter(|n| match &n.holding {
+            Holding::Nothing => progress.stable.is_none(),
+            held => *held != own,
         })
         .collect()
 }
@@ -295,12 +414,8 @@ fn step(
         progress.state = State::Paused("rollout.paused is set".into());
         return;
     }
-    // The next wave: available nodes not yet updated, canaries (by label, then name) first.
-    let updated = progress.updated();
-    let mut candidates: Vec<&NodeView> = nodes
-        .iter()
-        .filter(|n| n.available && !updated.contains(n.name.as_str()))
-        .collect();
+    // The next wave: canaries (by label, then name) first.
+    let mut candidates = candidates(progress, nodes);
     if candidates.is_empty() {
         // Every node that can run the revision does: it is the stable one from now on.
         progress.state = State::Complete;
@@ -317,14 +432,16 @@ fn step(
     } else {
         strategy.max_unavailable
     };
-    let nodes = candidates
-        .iter()
-        .take(size)
-        .map(|n| n.name.clone())
-        .collect();
+    let stable = Holding::stable(progress.stable.as_deref());
+    let picked = &candidates[..size.min(candidates.len())];
     progress.waves.push(Wave {
-        nodes,
+        nodes: picked.iter().map(|n| n.name.clone()).collect(),
         applied_at: None,
+        from: picked
+            .iter()
+            .filter(|n| n.holding != stable)
+            .map(|n| (n.name.clone(), n.holding.clone()))
+            .collect(),
     });
     progress.state = State::Progressing;
 }
@@ -332,7 +449,7 @@ fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::{any, prop_assert, proptest};
+    use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
 
     fn strategy() -> Strategy {
         Strategy {
@@ -346,19 +463,22 @@ mod tests {
         }
     }
 
+    /// A node on revision r1 of the tuning.
     fn node(name: &str, report: Report) -> NodeView {
         NodeView {
             name: name.into(),
             canary_label: false,
             available: true,
             report,
+            holding: Holding::Own("r1".into()),
         }
     }
 
+    /// The nodes whose target is revision `rev` (of whichever tuning).
     fn on(d: &Decision, rev: Option<&str>) -> Vec<String> {
-        d.revisions
+        d.targets
             .iter()
-            .filter(|(_, r)| r.as_deref() == rev)
+            .filter(|(_, t)| t.revision() == rev)
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -387,10 +507,7 @@ mod tests {
     #[test]
     fn holding_keeps_every_node_where_the_rollout_put_it() {
         let mut p = Progress::start("r2", Some("r1"));
-        p.waves.push(Wave {
-            nodes: vec!["a".into()],
-            applied_at: None,
-        });
+        p.waves.push(Wave::of(vec!["a".into()]));
         let nodes = [node("a", Report::Pending), node("b", Report::Pending)];
         let d = hold(&p, &nodes);
         assert_eq!(d.progress, p);
@@ -553,15 +670,81 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_complete_rollout_handed_other_nodes_goes_again_canary_first() {
+        let s = strategy();
+        let mut done = Progress::start("r2", Some("r2"));
+        done.waves = vec![Wave::of(vec!["a".into()]), Wave::of(vec!["b".into()])];
+        done.state = State::Complete;
+        let core = Holding::Other {
+            tuning: "core".into(),
+            revision: "c1".into(),
+        };
+        let nodes = [
+            NodeView {
+                holding: Holding::Own("r2".into()),
+                ..node("a", Report::Applied)
+            },
+            NodeView {
+                holding: core.clone(),
+                ..node("c", Report::Pending)
+            },
+            NodeView {
+                holding: core.clone(),
+                ..node("d", Report::Pending)
+            },
+            // A node joining with nothing gets the stable revision at once.
+            NodeView {
+                holding: Holding::Nothing,
+                ..node("e", Report::Pending)
+            },
+        ];
+        let d = plan(&s, &done, &nodes, &Verdict::Pending, 0);
+        assert_eq!(d.progress.state, State::Progressing);
+        assert_eq!(d.progress.first_wave, 2, "numbered after the first round");
+        assert_eq!(
+            d.progress.waves,
+            [Wave {
+                from: [("c".to_string(), core.clone())].into(),
+                ..Wave::of(vec!["c".into()])
+            }]
+        );
+        assert_eq!(on(&d, Some("r2")), ["a", "c", "e"]);
+        assert_eq!(d.targets["d"], core);
+        // Nothing else to hand over: it stays complete.
+        let settled = [nodes[0].clone()];
+        assert_eq!(
+            plan(&s, &done, &settled, &Verdict::Pending, 0).progress,
+            done
+        );
+    }
+
+    /// What node `i` of a property run holds before the rollout: the stable revision, an
+    /// earlier one of the tuning, another tuning's revision, or nothing.
+    fn before(i: usize) -> Holding {
+        match i % 4 {
+            0 => Holding::Own("good".into()),
+            1 => Holding::Other {
+                tuning: "core".into(),
+                revision: "c1".into(),
+            },
+            2 => Holding::Own("older".into()),
+            _ => Holding::Nothing,
+        }
+    }
+
     proptest! {
         /// Never more than maxUnavailable nodes in flight; never a promotion past a failed or
-        /// inconclusive analysis; after a rollback no node is on the bad revision.
+        /// inconclusive analysis; nodes outside the waves never change what they run (one that
+        /// ran nothing gets the stable revision at once); after a rollback every node runs what
+        /// it ran before the rollout, whichever tuning that came from.
         #[test]
         fn rollout_invariants(
             n in 1usize..12,
             canary in 1usize..4,
             max_unavailable in 1usize..5,
             auto_rollback in any::<bool>(),
+            first in any::<bool>(),
             steps in proptest::collection::vec((0u8..6, 0usize..12), 1..40),
         ) {
             let s = Strategy {
@@ -573,9 +756,25 @@ mod tests {
                 paused: false,
                 judged: true,
             };
-            let mut nodes: Vec<NodeView> =
-                (0..n).map(|i| node(&format!("n{i:02}"), Report::Pending)).collect();
-            let mut progress = Progress::start("bad", Some("good"));
+            // A first rollout has no stable revision: a node that ran nothing waits for a wave.
+            let stable = (!first).then_some("good");
+            let mut nodes: Vec<NodeView> = (0..n)
+                .map(|i| NodeView {
+                    holding: before(i),
+                    ..node(&format!("n{i:02}"), Report::Pending)
+                })
+                .collect();
+            let ran: BTreeMap<String, Holding> = nodes
+                .iter()
+                .map(|v| {
+                    let held = match &v.holding {
+                        Holding::Nothing => Holding::stable(stable),
+                        held => held.clone(),
+                    };
+                    (v.name.clone(), held)
+                })
+                .collect();
+            let mut progress = Progress::start("bad", stable);
             for (t, (event, pick)) in steps.into_iter().enumerate() {
                 let now = t as u64;
                 let verdict = match event {
@@ -595,16 +794,22 @@ mod tests {
                 if before > 0 && d.progress.waves.len() > before {
                     prop_assert!(matches!(verdict, Verdict::Pass), "promoted on {verdict:?}");
                 }
-                if let State::RolledBack(_) = d.progress.state {
-                    prop_assert!(d.revisions.values().all(|r| r.as_deref() == Some("good")));
-                }
-                // Agents apply what they were given, unless they failed.
                 let updated: BTreeSet<String> =
                     d.progress.updated().into_iter().map(String::from).collect();
+                for v in &nodes {
+                    if !updated.contains(&v.name) {
+                        prop_assert_eq!(&d.targets[&v.name], &ran[&v.name], "{} moved outside a wave", v.name);
+                    }
+                }
+                if let State::RolledBack(_) = d.progress.state {
+                    prop_assert_eq!(&d.targets, &ran);
+                }
+                // Agents apply what they were given, unless they failed; the spec holds it.
                 for v in nodes.iter_mut() {
                     if updated.contains(&v.name) && v.report == Report::Pending {
                         v.report = Report::Applied;
                     }
+                    v.holding = d.targets[&v.name].clone();
                 }
                 progress = d.progress;
             }

@@ -2,16 +2,20 @@
 //! status a reconcile starts with and recorded into the status it writes, so that an operator
 //! restarted in the middle of a wave carries on without repeating or skipping one.
 
-use hoststack_crds::{AnalysisStatus, NetworkTuningStatus, Phase, WaveStatus};
+use std::collections::BTreeMap;
+
+use hoststack_crds::{AnalysisStatus, NetworkTuningStatus, Phase, WaveOrigin, WaveStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use super::planner::{Progress, Report, State, Wave};
+use super::planner::{Holding, Progress, Report, State, Wave};
 
-/// The rollout a reconcile continues. A new revision starts a fresh rollout from the last
-/// revision every node applied; a rollout that rolled back or halted stays so until the spec's
-/// generation changes.
+/// The rollout of tuning `name` a reconcile continues. A new revision starts a fresh rollout
+/// from the last revision every node applied; a rollout that rolled back or halted stays so
+/// until the spec's generation changes; a superseded tuning that governs nodes again starts a
+/// new round of waves for them.
 pub fn restore(
     status: Option<&NetworkTuningStatus>,
+    name: &str,
     revision: &str,
     generation: Option<i64>,
 ) -> Progress {
@@ -28,6 +32,13 @@ pub fn restore(
     }
     let message = s.message.clone().unwrap_or_default();
     let state = match s.phase {
+        Some(Phase::Superseded) => {
+            let after = s.waves.last().map_or(0, |w| w.index as usize + 1);
+            return Progress {
+                first_wave: after,
+                ..Progress::start(revision, stable)
+            };
+        }
         Some(Phase::Complete) => State::Complete,
         Some(Phase::Paused) => State::Paused(message),
         Some(Phase::RolledBack) if s.observed_generation == generation => {
@@ -51,10 +62,56 @@ pub fn restore(
             .map(|w| Wave {
                 nodes: w.nodes.clone(),
                 applied_at: w.applied_at.as_deref().and_then(parse_time),
+                from: w
+                    .from
+                    .iter()
+                    .flat_map(|o| {
+                        let held = holding(name, o);
+                        o.nodes.iter().map(move |n| (n.clone(), held.clone()))
+                    })
+                    .collect(),
             })
             .collect(),
+        first_wave: s.waves.first().map_or(0, |w| w.index as usize),
         state,
     }
+}
+
+/// What a wave's recorded origin says its nodes ran, for the rollout of tuning `name`.
+fn holding(name: &str, origin: &WaveOrigin) -> Holding {
+    match (&origin.tuning, &origin.revision) {
+        (Some(t), Some(r)) if t == name => Holding::Own(r.clone()),
+        (Some(t), Some(r)) => Holding::Other {
+            tuning: t.clone(),
+            revision: r.clone(),
+        },
+        _ => Holding::Nothing,
+    }
+}
+
+/// A wave's origins as its status records them, grouped by what the nodes ran.
+fn record_from(name: &str, from: &BTreeMap<String, Holding>) -> Vec<WaveOrigin> {
+    let mut groups: BTreeMap<&Holding, Vec<String>> = BTreeMap::new();
+    for (node, held) in from {
+        groups.entry(held).or_default().push(node.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(held, nodes)| {
+            let (tuning, revision) = match held {
+                Holding::Nothing => (None, None),
+                Holding::Own(r) => (Some(name.to_string()), Some(r.clone())),
+                Holding::Other { tuning, revision } => {
+                    (Some(tuning.clone()), Some(revision.clone()))
+                }
+            };
+            WaveOrigin {
+                nodes,
+                tuning,
+                revision,
+            }
+        })
+        .collect()
 }
 
 /// The phase and message that record `state`.
@@ -68,9 +125,11 @@ pub fn phase_of(state: &State) -> (Phase, Option<String>) {
     }
 }
 
-/// The waves as the status shows them. `report` tells what a node's agent says about the
-/// rollout's revision; `analysis` gives each wave's judgement (by index), when it has one.
+/// The waves of tuning `name` as the status shows them. `report` tells what a node's agent
+/// says about the rollout's revision; `analysis` gives each wave's judgement (by its index
+/// among every wave of the revision), when it has one.
 pub fn record_waves(
+    name: &str,
     progress: &Progress,
     report: impl Fn(&str) -> Report,
     analysis: impl Fn(usize) -> Option<AnalysisStatus>,
@@ -80,7 +139,8 @@ pub fn record_waves(
         .waves
         .iter()
         .enumerate()
-        .map(|(index, wave)| {
+        .map(|(i, wave)| {
+            let index = progress.wave_index(i);
             let reports: Vec<Report> = wave.nodes.iter().map(|n| report(n)).collect();
             let result = if rolled_back {
                 "RolledBack"
@@ -99,6 +159,7 @@ pub fn record_waves(
                 result: result.into(),
                 applied_at: wave.applied_at.map(format_time),
                 analysis: analysis(index),
+                from: record_from(name, &wave.from),
             }
         })
         .collect()
@@ -136,6 +197,7 @@ mod tests {
                 result: "Applied".into(),
                 applied_at: Some("2026-11-30T01:00:00Z".into()),
                 analysis: None,
+                from: Vec::new(),
             }],
             ..NetworkTuningStatus::default()
         }
@@ -143,32 +205,51 @@ mod tests {
 
     #[test]
     fn restores_where_it_stood_and_starts_fresh_on_a_new_revision() {
-        assert_eq!(restore(None, "r1", Some(1)), Progress::start("r1", None));
+        assert_eq!(
+            restore(None, "edge", "r1", Some(1)),
+            Progress::start("r1", None)
+        );
         let mid = status(Phase::Progressing, "r2", Some("r1"));
-        let p = restore(Some(&mid), "r2", Some(1));
+        let p = restore(Some(&mid), "edge", "r2", Some(1));
         assert_eq!(p.stable.as_deref(), Some("r1"));
         assert_eq!(p.state, State::Progressing);
         assert_eq!(p.waves[0].applied_at, parse_time("2026-11-30T01:00:00Z"));
         assert_eq!(p.waves[0].nodes, vec!["a".to_string()]);
         // A new revision mid-rollout starts from the old stable one.
         assert_eq!(
-            restore(Some(&mid), "r3", Some(2)),
+            restore(Some(&mid), "edge", "r3", Some(2)),
             Progress::start("r3", Some("r1"))
         );
         // After a complete rollout, its revision is the stable one.
         let done = status(Phase::Complete, "r2", Some("r2"));
         assert_eq!(
-            restore(Some(&done), "r2", Some(1)).stable.as_deref(),
+            restore(Some(&done), "edge", "r2", Some(1))
+                .stable
+                .as_deref(),
             Some("r2")
         );
         assert_eq!(
-            restore(Some(&done), "r3", Some(2)),
+            restore(Some(&done), "edge", "r3", Some(2)),
             Progress::start("r3", Some("r2"))
         );
         let paused = status(Phase::Paused, "r2", Some("r1"));
         assert_eq!(
-            restore(Some(&paused), "r2", Some(1)).state,
+            restore(Some(&paused), "edge", "r2", Some(1)).state,
             State::Paused("why".into())
+        );
+    }
+
+    #[test]
+    fn a_superseded_tuning_starts_a_new_round_after_its_last_wave() {
+        let mut superseded = status(Phase::Superseded, "r2", Some("r1"));
+        superseded.waves[0].index = 3;
+        let p = restore(Some(&superseded), "edge", "r2", Some(1));
+        assert_eq!(
+            p,
+            Progress {
+                first_wave: 4,
+                ..Progress::start("r2", Some("r1"))
+            }
         );
     }
 
@@ -176,16 +257,16 @@ mod tests {
     fn a_rollback_holds_until_the_generation_changes() {
         let back = status(Phase::RolledBack, "r2", Some("r1"));
         assert_eq!(
-            restore(Some(&back), "r2", Some(1)).state,
+            restore(Some(&back), "edge", "r2", Some(1)).state,
             State::RolledBack("why".into())
         );
         assert_eq!(
-            restore(Some(&back), "r2", Some(2)),
+            restore(Some(&back), "edge", "r2", Some(2)),
             Progress::start("r2", Some("r1"))
         );
         let halted = status(Phase::Failed, "r2", Some("r1"));
         assert_eq!(
-            restore(Some(&halted), "r2", Some(1)).state,
+            restore(Some(&halted), "edge", "r2", Some(1)).state,
             State::Halted("why".into())
         );
     }
@@ -197,17 +278,29 @@ mod tests {
             Wave {
                 nodes: vec!["a".into()],
                 applied_at: Some(1_800_000_000),
+                from: BTreeMap::new(),
             },
             Wave {
-                nodes: vec!["b".into(), "c".into()],
+                nodes: vec!["b".into(), "c".into(), "d".into()],
                 applied_at: None,
+                from: [
+                    ("b".to_string(), Holding::Own("r0".into())),
+                    (
+                        "c".to_string(),
+                        Holding::Other {
+                            tuning: "core".into(),
+                            revision: "c1".into(),
+                        },
+                    ),
+                ]
+                .into(),
             },
         ];
         let report = |n: &str| match n {
-            "a" | "b" => Report::Applied,
+            "a" | "b" | "d" => Report::Applied,
             _ => Report::Pending,
         };
-        let waves = record_waves(&p, report, |_| None);
+        let waves = record_waves("edge", &p, report, |_| None);
         let results: Vec<&str> = waves.iter().map(|w| w.result.as_str()).collect();
         assert_eq!(results, ["Applied", "Applying"]);
         let s = NetworkTuningStatus {
@@ -217,10 +310,35 @@ mod tests {
             waves,
             ..NetworkTuningStatus::default()
         };
-        assert_eq!(restore(Some(&s), "r2", None), p);
+        // Only the nodes that did not come from the stable revision are recorded, by origin.
+        let origins: Vec<(Vec<String>, Option<&str>, Option<&str>)> = s.waves[1]
+            .from
+            .iter()
+            .map(|o| (o.nodes.clone(), o.tuning.as_deref(), o.revision.as_deref()))
+            .collect();
+        assert_eq!(
+            origins,
+            [
+                (vec!["b".to_string()], Some("edge"), Some("r0")),
+                (vec!["c".to_string()], Some("core"), Some("c1")),
+            ]
+        );
+        assert_eq!(restore(Some(&s), "edge", "r2", None), p);
         p.state = State::RolledBack("x".into());
-        let waves = record_waves(&p, |_| Report::Failed("no".into()), |_| None);
+        let waves = record_waves("edge", &p, |_| Report::Failed("no".into()), |_| None);
         assert!(waves.iter().all(|w| w.result == "RolledBack"));
+        // A later round numbers its waves after the earlier ones, and restores that way.
+        let mut later = p.next_round();
+        later.waves.push(Wave::of(vec!["e".into()]));
+        let waves = record_waves("edge", &later, |_| Report::Pending, |_| None);
+        assert_eq!(waves[0].index, 2);
+        let s = NetworkTuningStatus {
+            current_revision: Some("r2".into()),
+            phase: Some(Phase::Progressing),
+            waves,
+            ..NetworkTuningStatus::default()
+        };
+        assert_eq!(restore(Some(&s), "edge", "r2", None).first_wave, 2);
         assert_eq!(phase_of(&p.state), (Phase::RolledBack, Some("x".into())));
     }
 }
