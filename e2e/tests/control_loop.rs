@@ -125,7 +125,7 @@ fn apply_relabel_and_delete_restore_every_host() {
     assert_eq!(sysctls(&lab, "node-c"), originals["node-c"]);
     let table =
         String::from_utf8_lossy(&lab.kubectl(&["get", "networktunings"]).stdout).into_owned();
-    assert!(table.contains("APPLIED/MATCHED"), "{table}");
+    assert!(table.contains("APPLIED/GOVERNED"), "{table}");
     let row = table
         .lines()
         .find(|l| l.starts_with("edge "))

@@ -2,7 +2,9 @@
 //! tuning, its nodes and its revision history, and patching it. Every error names what was
 //! being done.
 
-use hoststack_crds::{NetworkTuning, NodeTuning, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL};
+use hoststack_crds::{
+    NetworkTuning, NodeTuning, HISTORY_FROM_LABEL, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL,
+};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -99,7 +101,8 @@ pub async fn patch_tuning(
 }
 
 /// The recorded revisions of `tuning` in `namespace`: those its object controls (not those an
-/// earlier tuning of the same name left behind).
+/// earlier tuning of the same name left behind), and its own (not the copies of other tunings'
+/// revisions it keeps for a rollback of nodes it took over).
 pub async fn history(
     client: &Client,
     namespace: &str,
@@ -108,7 +111,9 @@ pub async fn history(
     let uid = tuning.uid();
     let tuning = tuning.name_any();
     let listed = Api::<ControllerRevision>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default().labels(&format!("{HISTORY_TUNING_LABEL}={tuning}")))
+        .list(&ListParams::default().labels(&format!(
+            "{HISTORY_TUNING_LABEL}={tuning},!{HISTORY_FROM_LABEL}"
+        )))
         .await
         .map_err(|e| {
             Error::from_kube(

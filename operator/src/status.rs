@@ -128,7 +128,7 @@ pub fn aggregate(o: &Observed) -> NetworkTuningStatus {
         Phase::Pending => cond(
             "Ready",
             false,
-            "NoNodesGoverned",
+            "Superseded",
             "every matched node is governed by another tuning".into(),
         ),
         Phase::Failed => cond(
