@@ -311,13 +311,13 @@ NetworkTuning edge
 Waves
 ├─ canary 0  Applied  applied <time>
 │  ├─ analysis Pending: waiting to be promoted: kubectl annotate networktuning edge hoststack.dev/promote=<v2>-wave0 --overwrite
-│  └─ node-a  canary  Applied  applied <v2>
+│  └─ node-a  canary  Applied  applied <v2> of edge
 │     ├─ sysctl net.ipv4.tcp_dsack: 1 → 0 (actual 0)  Applied
 │     └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
 └─ not in a wave (stable or baseline)
-   ├─ node-b  baseline  Applied  applied <v1>
+   ├─ node-b  baseline  Applied  applied <v1> of edge
    │  └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
-   └─ node-c  baseline  Applied  applied <v1>
+   └─ node-c  baseline  Applied  applied <v1> of edge
       └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
 ";
     assert_eq!(
