@@ -6,8 +6,8 @@
 //! and the takeover survives an operator restart mid-wave and an agent SIGKILL inside the
 //! transaction that moves its node.
 //!
-//! Each test starts its own lab of four nodes: node-a..node-c in pool=edge (node-a labelled
-//! the canary) and node-d in pool=core, which no tuning here selects.
+//! Each test starts its own lab of five nodes: node-a..node-d in pool=edge (node-a labelled
+//! the canary) and node-e in pool=core, which no tuning here selects.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use serde_json::Value;
 /// How long one step of a rollout may take.
 const STEP: Duration = Duration::from_secs(90);
 /// The edge pool.
-const EDGE: [&str; 3] = ["node-a", "node-b", "node-c"];
+const EDGE: [&str; 4] = ["node-a", "node-b", "node-c", "node-d"];
 /// edge-sack's sysctls (examples/edge-sack.yaml, without the congestion control, which a
 /// namespace may not allow).
 const SACK: [(&str, &str); 3] = [
@@ -29,7 +29,7 @@ const SACK: [(&str, &str); 3] = [
 ];
 
 fn lab() -> Lab {
-    let lab = Lab::start(LabConfig::with_nodes(4)).expect("lab starts");
+    let lab = Lab::start(LabConfig::with_nodes(5)).expect("lab starts");
     lab.label_node("node-a", "hoststack.dev/canary", Some("true"));
     lab
 }
@@ -259,7 +259,7 @@ fn a_failed_takeover_leaves_every_node_on_the_tuning_it_had() {
     // Deleting newbie gives the nodes back to edge-sack, which they never left.
     delete(&lab, "newbie");
     let done = wait_phase(&lab, "edge-sack", "Complete");
-    assert_eq!(done["progress"], "3/3", "{done}");
+    assert_eq!(done["progress"], "4/4", "{done}");
     lab.wait_for("edge-sack to govern its nodes again", STEP, || {
         nodes(&lab)
             .values()
@@ -274,8 +274,8 @@ fn a_failed_takeover_leaves_every_node_on_the_tuning_it_had() {
 #[test]
 fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the_same_way() {
     let lab = lab();
-    let manual = "    canary: 1\n    maxUnavailable: 1\n    analysis:\n      manual: true\n";
-    // edge-sack's own first rollout: three waves, each promoted.
+    let manual = "    canary: 1\n    maxUnavailable: 2\n    analysis:\n      manual: true\n";
+    // edge-sack's own first rollout: three waves (1, 2 and 1 nodes), each promoted.
     lab.apply_yaml(&tuning("edge-sack", 10, &SACK, manual))
         .expect("accepted");
     let sack = lab.wait_for("edge-sack's revision", STEP, || {
@@ -332,9 +332,9 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
             assert!(on_sack(&lab, node), "{node} keeps edge-sack's values");
         }
         // A moved node runs exactly newbie's config (edge-sack's buffers, which newbie does not
-        // set, back at the host's own value, as on node-d), reached in one transaction from
+        // set, back at the host's own value, as on node-e), reached in one transaction from
         // one revision to the other: no revert in between.
-        let original = lab.sysctl("node-d", "net.ipv4.tcp_rmem");
+        let original = lab.sysctl("node-e", "net.ipv4.tcp_rmem");
         for node in &moved {
             assert_eq!(lab.sysctl(node, "net.ipv4.tcp_rmem"), original, "{node}");
             let metrics = scrape(lab.agent_metrics_address(node)).expect("the agent's /metrics");
@@ -367,7 +367,7 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
         on_sack(&lab, "node-a").then_some(())
     });
     let rows = nodes(&lab);
-    for node in ["node-b", "node-c"] {
+    for node in ["node-b", "node-c", "node-d"] {
         assert_eq!(
             (rows[node][0].as_str(), rows[node][2].as_str()),
             ("newbie", "baseline"),
@@ -482,11 +482,14 @@ fn a_takeover_survives_an_operator_restart_mid_wave_and_an_agent_killed_inside_i
             .all(|(k, v)| lab.sysctl("node-b", k) == *v)
             .then_some(())
     });
-    // Nothing moved node-c meanwhile, and the rollout goes on from where it was.
-    assert!(on_sack(&lab, "node-c"));
-    assert_eq!(nodes(&lab)["node-c"][0], "edge-sack");
-    promote(&lab, "newbie", &newbie, 1);
-    promote(&lab, "newbie", &newbie, 2);
+    // Nothing moved node-c or node-d meanwhile, and the rollout goes on from where it was.
+    for node in ["node-c", "node-d"] {
+        assert!(on_sack(&lab, node), "{node}");
+        assert_eq!(nodes(&lab)[node][0], "edge-sack", "{node}");
+    }
+    for i in 1..4 {
+        promote(&lab, "newbie", &newbie, i);
+    }
     let done = wait_phase(&lab, "newbie", "Complete");
     let waves: Vec<Vec<Value>> = done["waves"]
         .as_array()
@@ -494,12 +497,19 @@ fn a_takeover_survives_an_operator_restart_mid_wave_and_an_agent_killed_inside_i
         .iter()
         .map(|w| w["nodes"].as_array().unwrap().clone())
         .collect();
-    assert_eq!(waves.len(), 3, "no wave repeated or skipped: {done}");
+    assert_eq!(waves.len(), 4, "no wave repeated or skipped: {done}");
     wait_all_on(&lab, "newbie", &newbie);
-    delete(&lab, "newbie");
-    // edge-sack gets its nodes back (as a staged rollout without analysis, so at once).
+
+    // Narrowing newbie's selector to no node hands the pool back to edge-sack (a staged
+    // rollout without analysis, so it goes through at once); newbie, matching nothing, is
+    // Pending.
+    let narrowed = tuning("newbie", 900, &next, manual).replace("pool: edge", "pool: nowhere");
+    lab.apply_yaml(&narrowed).expect("accepted");
     wait_phase(&lab, "edge-sack", "Complete");
     wait_all_on(&lab, "edge-sack", &sack);
+    let pending = wait_phase(&lab, "newbie", "Pending");
+    assert_eq!(pending["progress"], "0/0", "{pending}");
+    delete(&lab, "newbie");
     delete(&lab, "edge-sack");
     lab.stop().expect("the lab stops cleanly");
 }
