@@ -268,11 +268,10 @@ fn node_tree(t: &mut Tree, node: &str, nt: Option<&NodeTuning>, colour: Colour) 
             let _ = write!(line, " of {t}");
         }
     }
-    let asked = (&nt.spec.revision, &nt.spec.tuning);
-    if let (Some(r), Some(t)) = asked {
-        if (&status.applied_revision, &status.applied_tuning)
-            != (&Some(r.clone()), &Some(t.clone()))
-        {
+    if let (Some(r), Some(t)) = (&nt.spec.revision, &nt.spec.tuning) {
+        let other_revision = status.applied_revision.as_ref() != Some(r);
+        let other_tuning = status.applied_tuning.as_ref().is_some_and(|a| a != t);
+        if other_revision || other_tuning {
             let _ = write!(line, "  asked {r} of {t}");
         }
     }
