@@ -119,6 +119,55 @@ pub struct NodeConfig {
     /// desired values again, `Report` leaves the host as it found it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift_policy: Option<DriftPolicy>,
+
+    /// What the agent checks after applying this revision, and how long the revision stays
+    /// provisional: unless the agent confirms it (its probes pass, and it wrote its status and
+    /// read it back from the API server over a new connection) within `confirmTimeout`, it
+    /// reverts the revision by itself. Absent: the defaults (API-server probe on, 2s settle
+    /// time, 60s confirm timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Probes>,
+}
+
+/// The post-apply probes and the dead-man confirmation of a revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Probes {
+    /// Check the API server after the change, over a new connection along the node's own
+    /// network path, and confirm the revision only once the agent's status write is read back
+    /// (default true). `false` turns both off: the revision is never provisional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server: Option<bool>,
+    /// How long after the transaction the probes run again before the revision is confirmed
+    /// (default 2s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub settle_time: Option<String>,
+    /// How long one probe is retried before it fails (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub timeout: Option<String>,
+    /// How long the revision may stay unconfirmed before the agent reverts it by itself
+    /// (default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    pub confirm_timeout: Option<String>,
+    /// More targets the node must reach after the change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub targets: Vec<ProbeTarget>,
+}
+
+/// A probe target: a TCP connect to `host:port`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeTarget {
+    /// Names the probe in the status, the metrics and the failure message.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// `host:port` (an IP address or a DNS name) to open a TCP connection to.
+    #[schemars(length(min = 3, max = 253))]
+    pub tcp: String,
 }
 
 /// What the agent does about drift.

@@ -299,10 +299,42 @@ pub struct NodeTuningStatus {
     /// The answer to `spec.preview`, while it is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preview: Option<PreviewResult>,
+    /// While the applied revision is provisional: when the agent reverts it by itself unless it
+    /// confirms it first (`config.probes`). A node is not counted as applied before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
+    /// The last round of post-apply probes, one entry per probe.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeResult>,
     /// The user-space TCP stack the agent runs for `config.userspaceStack`, while it runs or
     /// is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub userspace_stack: Option<UserspaceStackStatus>,
+}
+
+/// A provisional revision awaiting confirmation.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Confirmation {
+    /// The revision awaiting confirmation.
+    pub revision: String,
+    /// When the agent reverts it unless confirmed (RFC 3339).
+    pub deadline: String,
+}
+
+/// The outcome of one post-apply probe.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeResult {
+    /// `api-server`, or the name of a `config.probes.targets` entry.
+    pub name: String,
+    /// What it reached for (`host:port`, or the API server's URL).
+    pub target: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One host setting.

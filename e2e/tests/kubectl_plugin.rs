@@ -311,13 +311,13 @@ NetworkTuning edge
 Waves
 ├─ canary 0  Applied  applied <time>
 │  ├─ analysis Pending: waiting to be promoted: kubectl annotate networktuning edge hoststack.dev/promote=<v2>-wave0 --overwrite
-│  └─ node-a  canary  Applied  applied <v2> of edge
+│  └─ node-a  canary  Applied  applied <v2> of edge  probes passed
 │     ├─ sysctl net.ipv4.tcp_dsack: 1 → 0 (actual 0)  Applied
 │     └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
 └─ not in a wave (stable or baseline)
-   ├─ node-b  baseline  Applied  applied <v1> of edge
+   ├─ node-b  baseline  Applied  applied <v1> of edge  probes passed
    │  └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
-   └─ node-c  baseline  Applied  applied <v1> of edge
+   └─ node-c  baseline  Applied  applied <v1> of edge  probes passed
       └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
 ";
     assert_eq!(

@@ -275,6 +275,24 @@ fn node_tree(t: &mut Tree, node: &str, nt: Option<&NodeTuning>, colour: Colour) 
             let _ = write!(line, "  asked {r} of {t}");
         }
     }
+    // The post-apply probes: pending confirmation, all passed, or which failed and why.
+    if let Some(c) = &status.confirmation {
+        let _ = write!(line, "  provisional until {}", c.deadline);
+    }
+    let failed: Vec<String> = status
+        .probes
+        .iter()
+        .filter(|p| !p.passed)
+        .map(|p| {
+            let why = p.message.as_deref().unwrap_or("failed");
+            format!("probe {} {} FAILED: {why}", p.name, p.target)
+        })
+        .collect();
+    if !failed.is_empty() {
+        let _ = write!(line, "  {}", colour.paint(Tone::Bad, &failed.join("; ")));
+    } else if !status.probes.is_empty() {
+        let _ = write!(line, "  probes passed");
+    }
     if let Some(m) = &status.message {
         let _ = write!(line, "  ({m})");
     }

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hoststack_crds::{
-    DriftPolicy, NodeTuning, NodeTuningStatus, PreviewResult, AGENT_FIELD_MANAGER,
+    Confirmation, DriftPolicy, NodeTuning, NodeTuningStatus, PreviewResult, ProbeResult,
+    AGENT_FIELD_MANAGER,
 };
 use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};
@@ -36,6 +37,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::confirmation::{judge, Checks, Step, Verdict, Window, API_SERVER_PROBE};
 use crate::dataplane::{self, backoff::Backoff, Supervisor};
 use crate::exporter::{Exporter, NodeInfoLabels};
 use crate::failures::SpecGeneration;
@@ -44,6 +46,7 @@ use crate::host::Host;
 use crate::intent::Intent;
 use crate::journal::JournalStore;
 use crate::latest::{Latest, Road};
+use crate::probe;
 use crate::reconciler::{Next, Reconciler};
 use crate::report::{self, StatusInput};
 use crate::transaction::{Outcome, Transactor};
@@ -54,6 +57,13 @@ const STATUS_RETRY: Duration = Duration::from_secs(2);
 
 /// How long one status write may take before it counts as failed (and SIGTERM waits no longer).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Now, in milliseconds since the epoch (the confirmation window's clock).
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// Runs the agent until SIGTERM or SIGINT: recovers an interrupted transaction, then watches the
 /// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
@@ -96,7 +106,7 @@ pub async fn run(config: Config) -> Result<()> {
     let api_server = resolve(url.host().unwrap_or(""), url.port_u16().unwrap_or(443)).await;
     tracing::info!(?api_server, "the route to this address is never bound away");
     reconciler.set_api_server(api_server);
-    let client = Client::try_from(kube_config)?;
+    let client = Client::try_from(kube_config.clone())?;
     tokio::spawn(crate::heartbeat::run(
         client.clone(),
         config.namespace.clone(),
@@ -105,6 +115,7 @@ pub async fn run(config: Config) -> Result<()> {
     ));
     let api: Api<NodeTuning> = Api::all(client);
     let mut agent = Agent::new(api.clone(), config.clone(), reconciler, metrics, dataplane);
+    agent.kube_config = Some(kube_config);
 
     let selector = format!("metadata.name={}", config.node_name);
     let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
@@ -118,6 +129,7 @@ pub async fn run(config: Config) -> Result<()> {
 
     loop {
         let health_deadline = agent.sampler.deadline().map(Instant::from_std);
+        let confirmation_due = agent.confirmation_due();
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: exiting"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: exiting"); break; }
@@ -132,6 +144,8 @@ pub async fn run(config: Config) -> Result<()> {
             _ = resync.tick(), if agent.listed => agent.reconcile().await,
             _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
                 if health_deadline.is_some() => agent.end_health_window().await,
+            _ = tokio::time::sleep_until(confirmation_due.unwrap_or_else(Instant::now)),
+                if confirmation_due.is_some() => agent.confirmation_step().await,
         }
         if std::mem::take(&mut agent.retry_soon) {
             resync.reset_at(Instant::now() + STATUS_RETRY);
@@ -166,6 +180,12 @@ struct Agent {
     dataplane: Supervisor,
     /// The answer to the spec's preview request, while there is one.
     preview: Option<PreviewResult>,
+    /// The client configuration the API-server probe builds its new clients from.
+    kube_config: Option<kube::Config>,
+    /// The provisional revision's window and the checks that confirm it, while there is one.
+    window: Option<(Window, Checks)>,
+    /// The last round of probes, reported in the status.
+    probes: Vec<ProbeResult>,
 }
 
 impl Agent {
@@ -191,6 +211,9 @@ impl Agent {
             resumed: false,
             dataplane,
             preview: None,
+            kube_config: None,
+            window: None,
+            probes: Vec::new(),
         }
     }
 
@@ -297,6 +320,7 @@ impl Agent {
                     self.reconciler.error_outcome(&e)
                 }
             };
+            let outcome = self.follow_confirmation(&intent, &spec, outcome).await;
             self.metrics.work.applied(outcome.applied.as_ref());
             // The stack is the last step of an applied revision.
             self.follow_dataplane(dataplane::after_transaction(&intent, outcome.state));
@@ -415,6 +439,217 @@ impl Agent {
         .await
     }
 
+    /// Keeps the confirmation window in step with the journal after a reconcile: opens one when
+    /// the host is on a provisional revision of `intent` (and runs the probe targets at once: a
+    /// target the change broke reverts it before anything else), closes it when nothing is
+    /// provisional any more. Returns the outcome to report.
+    async fn follow_confirmation(
+        &mut self,
+        intent: &Intent,
+        spec: &SpecGeneration,
+        outcome: Outcome,
+    ) -> Outcome {
+        let provisional = match block_in_place(|| self.reconciler.provisional()) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the journal");
+                return outcome;
+            }
+        };
+        let Some(revision) = provisional else {
+            self.window = None;
+            return outcome;
+        };
+        if self
+            .window
+            .as_ref()
+            .is_some_and(|(w, _)| w.revision == revision)
+        {
+            return outcome;
+        }
+        let checks = match self.reconciler.checks(intent) {
+            Ok(Some(checks)) => checks,
+            // Nothing confirms it any more (the spec turned the probes off): it stays.
+            Ok(None) => {
+                if let Err(e) = block_in_place(|| self.reconciler.confirm()) {
+                    tracing::error!(error = %e, "confirming the revision");
+                }
+                return outcome;
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                return self.self_revert(intent, spec, reason, false).await;
+            }
+        };
+        let window = Window::open(&revision, &checks, unix_millis());
+        self.metrics
+            .work
+            .provisional(intent.tuning().unwrap_or_default());
+        tracing::info!(
+            %revision,
+            settle = ?checks.settle,
+            confirm_timeout = ?checks.confirm_timeout,
+            "the revision is provisional until its probes confirm it"
+        );
+        let targets = Checks {
+            api_server: false,
+            ..checks.clone()
+        };
+        let results = self.probe_round(&targets, &revision).await;
+        self.window = Some((window, checks));
+        if let Verdict::Revert(reason) = judge(&results) {
+            return self.self_revert(intent, spec, reason, false).await;
+        }
+        outcome
+    }
+
+    /// When the confirmation window wants the loop's attention.
+    fn confirmation_due(&self) -> Option<Instant> {
+        let (window, _) = self.window.as_ref()?;
+        let now = unix_millis();
+        let due = match window.step(now) {
+            Step::Wait(wait) => wait,
+            Step::Probe | Step::Expire(_) => Duration::ZERO,
+        };
+        Some(Instant::now() + due)
+    }
+
+    /// Advances the confirmation window: a round of probes when it is due (confirming,
+    /// retrying or reverting), the revert by itself when the deadline passed.
+    async fn confirmation_step(&mut self) {
+        let Some((window, checks)) = self.window.clone() else {
+            return;
+        };
+        let Some((intent, _)) = self.last.clone() else {
+            return;
+        };
+        let spec = SpecGeneration::of(self.latest.object());
+        let span = tracing::info_span!(
+            "confirm",
+            node = %self.config.node_name,
+            tuning = intent.tuning(),
+            revision = %window.revision,
+        );
+        async move {
+            match window.step(unix_millis()) {
+                Step::Wait(_) => {}
+                Step::Expire(reason) => {
+                    let outcome = self.self_revert(&intent, &spec, reason, true).await;
+                    self.report(&intent, &outcome).await;
+                    self.last = Some((intent, outcome));
+                }
+                Step::Probe => {
+                    // The round (the status write it needs, then the probes) ends by the
+                    // deadline at the latest: a node cut off must not wait out its timeouts.
+                    let left = Duration::from_millis(window.deadline.saturating_sub(unix_millis()));
+                    let round = async {
+                        // The status with the confirmation pending must be written for the API
+                        // server to show it back.
+                        if let Some((intent, outcome)) = self.last.clone() {
+                            self.report(&intent, &outcome).await;
+                        }
+                        self.probe_round(&checks, &window.revision).await
+                    };
+                    let Ok(results) = tokio::time::timeout(left, round).await else {
+                        let mut cut_short = window.clone();
+                        cut_short.last_error.get_or_insert_with(|| {
+                            format!("probe {API_SERVER_PROBE}: no answer from the API server by the deadline")
+                        });
+                        let reason = cut_short
+                            .step(cut_short.deadline)
+                            .expired()
+                            .unwrap_or_default();
+                        let outcome = self.self_revert(&intent, &spec, reason, true).await;
+                        self.report(&intent, &outcome).await;
+                        self.last = Some((intent, outcome));
+                        return;
+                    };
+                    match judge(&results) {
+                        Verdict::Confirm => match block_in_place(|| self.reconciler.confirm()) {
+                            Ok(_) => {
+                                tracing::info!("every probe passed: the revision is confirmed");
+                                self.window = None;
+                                if let Some((intent, outcome)) = self.last.clone() {
+                                    self.report(&intent, &outcome).await;
+                                }
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "confirming the revision");
+                                self.retry_window(e.to_string());
+                            }
+                        },
+                        Verdict::Revert(reason) => {
+                            let outcome = self.self_revert(&intent, &spec, reason, false).await;
+                            self.report(&intent, &outcome).await;
+                            self.last = Some((intent, outcome));
+                        }
+                        Verdict::Retry(reason) => {
+                            tracing::warn!(%reason, "not confirmed yet; probing again");
+                            self.retry_window(reason);
+                        }
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Records a round that did not confirm the window's revision.
+    fn retry_window(&mut self, why: String) {
+        if let Some((window, _)) = &mut self.window {
+            window.retry(unix_millis(), why);
+        }
+    }
+
+    /// Runs one round of `checks` for `revision`, counts and keeps the results.
+    async fn probe_round(&mut self, checks: &Checks, revision: &str) -> Vec<ProbeResult> {
+        let Some(kube_config) = &self.kube_config else {
+            return Vec::new();
+        };
+        let api_server = probe::ApiServer {
+            config: kube_config,
+            node: &self.config.node_name,
+            revision,
+        };
+        let results = probe::round(checks, api_server).await;
+        let tuning = self
+            .last
+            .as_ref()
+            .and_then(|(i, _)| i.tuning().map(String::from))
+            .unwrap_or_default();
+        self.metrics.work.probes(&tuning, &results);
+        for r in results.iter().filter(|r| !r.passed) {
+            tracing::warn!(probe = %r.name, target = %r.target, error = r.message.as_deref().unwrap_or(""), "probe failed");
+        }
+        if !results.is_empty() {
+            self.probes = results.clone();
+        }
+        results
+    }
+
+    /// Reverts the provisional revision of `intent` by itself, for `reason`; `unconfirmed` when
+    /// its deadline passed (else a probe failed). The outcome reports it (once the API server
+    /// can be reached: a failed write is retried, and every reconcile reports it again).
+    async fn self_revert(
+        &mut self,
+        intent: &Intent,
+        spec: &SpecGeneration,
+        reason: String,
+        unconfirmed: bool,
+    ) -> Outcome {
+        tracing::error!(%reason, "reverting the revision by itself");
+        let outcome = block_in_place(|| self.reconciler.abandon(intent, spec, reason));
+        self.retry_soon |= self.reconciler.retry_soon();
+        self.window = None;
+        self.metrics
+            .work
+            .self_revert(intent.tuning().unwrap_or_default(), unconfirmed);
+        self.metrics.work.applied(outcome.applied.as_ref());
+        self.follow_dataplane(dataplane::after_transaction(intent, outcome.state));
+        outcome
+    }
+
     /// Writes the status for `outcome` when it differs from the current one.
     async fn report(&mut self, intent: &Intent, outcome: &Outcome) {
         let Some(object) = self.latest.object() else {
@@ -435,6 +670,11 @@ impl Agent {
         });
         status.userspace_stack = self.dataplane.status();
         status.preview = self.preview.clone();
+        status.confirmation = self.window.as_ref().map(|(w, _)| Confirmation {
+            revision: w.revision.clone(),
+            deadline: report::time_of_millis(w.deadline),
+        });
+        status.probes = self.probes.clone();
         if previous == Some(&status) {
             return;
         }

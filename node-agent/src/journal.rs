@@ -38,6 +38,28 @@ pub struct Journal {
     /// are restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transaction: Option<InFlight>,
+    /// The applied revision while it is not confirmed yet; undone like an interrupted
+    /// transaction (on startup among others) unless the agent confirms it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisional: Option<Provisional>,
+}
+
+/// An applied revision the agent has not confirmed yet (its probes, its status read back).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Provisional {
+    /// The transaction that applied it: its `before` values are what an undo restores, its
+    /// `added` originals what an undo drops.
+    pub transaction: InFlight,
+    /// The revision the host was on before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Applied>,
+    /// The originals the transaction released (their settings went back to them): an undo
+    /// manages them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<Entry>,
+    /// When it is undone unless confirmed, in seconds since the epoch.
+    pub deadline: u64,
 }
 
 impl Default for Journal {
@@ -47,6 +69,7 @@ impl Default for Journal {
             originals: Vec::new(),
             applied: None,
             transaction: None,
+            provisional: None,
         }
     }
 }
@@ -62,7 +85,10 @@ impl Journal {
 
     /// Whether the journal records nothing: no managed setting, no revision, no transaction.
     pub fn is_empty(&self) -> bool {
-        self.originals.is_empty() && self.applied.is_none() && self.transaction.is_none()
+        self.originals.is_empty()
+            && self.applied.is_none()
+            && self.transaction.is_none()
+            && self.provisional.is_none()
     }
 }
 
@@ -213,6 +239,19 @@ mod tests {
                 before: vec![Entry::new(&Setting::sysctl("net.ipv4.tcp_sack"), "0")],
                 added: vec![Setting::sysctl("net.ipv4.tcp_rmem")],
             }),
+            provisional: Some(Provisional {
+                transaction: InFlight {
+                    target: Some(Applied {
+                        tuning: "edge".into(),
+                        revision: "abc".into(),
+                    }),
+                    before: vec![Entry::new(&Setting::sysctl("net.ipv4.tcp_sack"), "1")],
+                    added: Vec::new(),
+                },
+                previous: None,
+                released: Vec::new(),
+                deadline: 1_800_000_000,
+            }),
         }
     }
 
@@ -251,6 +290,13 @@ mod tests {
                     "target": {"tuning": "edge", "revision": "def"},
                     "before": [{"kind": "sysctl", "target": "net.ipv4.tcp_sack", "value": "0"}],
                     "added": [{"kind": "sysctl", "target": "net.ipv4.tcp_rmem"}]
+                },
+                "provisional": {
+                    "transaction": {
+                        "target": {"tuning": "edge", "revision": "abc"},
+                        "before": [{"kind": "sysctl", "target": "net.ipv4.tcp_sack", "value": "1"}]
+                    },
+                    "deadline": 1_800_000_000u64
                 }
             })
         );

@@ -29,14 +29,17 @@
 //!    [`transaction`], the pure [`transaction::plan`] and the [`transaction::Transactor`] that
 //!    carries a plan out; [`drift`], settings that changed behind the agent's back.
 //! 6. The reconciler, [`reconciler`]: for one [`intent::Intent`] (what the NodeTuning asks
-//!    for), whether to plan, apply, revert or re-report, with [`hooks`], the lab build's
+//!    for), whether to plan, apply, revert or re-report, and [`confirmation`], the pure
+//!    decisions of the dead-man window in which an applied revision stays provisional until
+//!    its probes confirm it, with [`hooks`], the lab build's
 //!    observers of its transactions, and [`failures`], the memory of
 //!    failed revisions per spec generation; [`report`] turns outcomes into a `NodeTuningStatus`, [`preview`] answers
 //!    `kubectl hoststack plan`.
 //! 7. The dataplane supervisor, [`dataplane`]: the user-space stack's runner process.
 //! 8. The agent's other shells: [`exporter`] serves `/metrics`, [`health`] measures TCP health
 //!    samples over the windows the operator asks for, [`heartbeat`] renews the Lease that tells
-//!    the operator this agent is alive.
+//!    the operator this agent is alive, [`probe`] runs the post-apply probes on the node's own
+//!    network path.
 //! 9. The watch loop, [`controller`], with its flags, [`config`], and [`latest`], its copy of
 //!    the NodeTuning, which never goes back in time: connects it all to the API server.
 
@@ -46,6 +49,7 @@ use std::path::PathBuf;
 
 pub mod appliers;
 pub mod config;
+pub mod confirmation;
 pub mod controller;
 pub mod cpus;
 pub mod dataplane;
@@ -66,6 +70,7 @@ pub mod model;
 pub mod netlink;
 pub mod paths;
 pub mod preview;
+pub mod probe;
 pub mod reconciler;
 pub mod report;
 pub mod sysfs;
@@ -128,6 +133,10 @@ pub enum Error {
     /// A signal handler could not be installed.
     #[error("installing signal handler: {0}")]
     Signal(std::io::Error),
+    /// The revision's `probes` cannot be carried out (the API server's schema refuses most
+    /// such specs first).
+    #[error("{0}")]
+    InvalidProbes(String),
 }
 
 /// The agent's result type.

@@ -18,6 +18,7 @@ use std::net::IpAddr;
 use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeState};
 
 use crate::appliers::{dpdk, irq};
+use crate::confirmation::Checks;
 use crate::drift::{self, Drift};
 use crate::expand::{expand, Discovery, Expansion};
 use crate::failures::{Failures, SpecGeneration};
@@ -25,7 +26,7 @@ use crate::hooks::Hooks;
 use crate::intent::Intent;
 use crate::model::{Kind, Reading};
 use crate::transaction::{Goal, Outcome, Prepared, Progress, Readings, Transactor};
-use crate::Result;
+use crate::{Error, Result};
 
 /// What to do next for an intent.
 #[derive(Clone, Debug, PartialEq)]
@@ -126,9 +127,74 @@ impl Reconciler {
         }
     }
 
-    /// Undoes a transaction the journal says was interrupted; whether there was one.
+    /// Undoes a transaction the journal says was interrupted, and a revision that was applied
+    /// provisionally and never confirmed (the agent stopped inside its window); whether there
+    /// was either.
     pub fn recover(&self) -> Result<bool> {
-        self.transactor.recover(&mut self.observer())
+        let mut observe = self.observer();
+        let interrupted = self.transactor.recover(&mut observe)?;
+        let unconfirmed = self.transactor.abandon(&mut observe)?;
+        if let Some(revision) = &unconfirmed {
+            tracing::warn!(?revision, "reverted a revision that was never confirmed");
+        }
+        Ok(interrupted || unconfirmed.is_some())
+    }
+
+    /// The checks that confirm `intent`'s revision (`None`: it is never provisional, or the
+    /// intent is not an Apply of a revision).
+    pub fn checks(&self, intent: &Intent) -> Result<Option<Checks>> {
+        match intent {
+            Intent::Revision {
+                config,
+                mode: Mode::Apply,
+                ..
+            } => Checks::of(config.probes.as_ref()).map_err(Error::InvalidProbes),
+            _ => Ok(None),
+        }
+    }
+
+    /// The revision the host is on, when it is provisional.
+    pub fn provisional(&self) -> Result<Option<String>> {
+        let journal = self.transactor.journal()?;
+        Ok(journal.provisional.and(journal.applied).map(|a| a.revision))
+    }
+
+    /// Confirms the provisional revision: nothing undoes it any more.
+    pub fn confirm(&self) -> Result<bool> {
+        self.transactor.confirm(&mut self.observer())
+    }
+
+    /// Reverts the provisional revision of `intent` by itself, for `reason` (a probe failed,
+    /// the confirmation did not come in time): the host goes back to what it was before, and
+    /// the revision counts as failed for this assignment, like one whose transaction failed.
+    pub fn abandon(&mut self, intent: &Intent, spec: &SpecGeneration, reason: String) -> Outcome {
+        let mut observe = self.observer();
+        let (mut outcome, reverted) = match self.transactor.abandon(&mut observe) {
+            Ok(_) => {
+                let journal = self.transactor.journal();
+                // The items of the transaction that applied it, as it left them.
+                let items = self
+                    .last
+                    .as_ref()
+                    .map(|(_, o)| o.items.clone())
+                    .unwrap_or_default();
+                let outcome = Outcome {
+                    state: NodeState::Failed,
+                    items,
+                    message: Some(reason),
+                    applied: journal.ok().and_then(|j| j.applied),
+                };
+                (outcome, true)
+            }
+            Err(e) => (self.error_outcome(&e), false),
+        };
+        self.agent_error = !reverted;
+        self.annotate(&mut outcome);
+        if reverted {
+            self.failed.remember(intent, spec, &outcome);
+        }
+        self.last = Some((intent.clone(), outcome.clone()));
+        outcome
     }
 
     /// Decides what `intent`, asked for by `spec`, needs: a report (reading the host, changing
@@ -226,7 +292,17 @@ impl Reconciler {
             let blockers = blocking_items(intent, &expansion);
             let goal = expansion.goal;
             if blockers.is_empty() {
-                self.transactor.execute(&goal, &mut observe)
+                match self.checks(intent)? {
+                    Some(checks) => {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs());
+                        let deadline = now + checks.confirm_timeout.as_secs();
+                        self.transactor
+                            .execute_provisional(&goal, deadline, &mut observe)
+                    }
+                    None => self.transactor.execute(&goal, &mut observe),
+                }
             } else {
                 let prepared = self.transactor.prepare(&goal, &mut observe)?;
                 Ok(not_supported(prepared.preview(&goal), blockers))

@@ -43,6 +43,14 @@ pub struct StatusInput<'a> {
     pub now: Time,
 }
 
+/// A time in milliseconds since the epoch as RFC 3339, to the second (as the status shows it).
+pub fn time_of_millis(millis: u64) -> String {
+    let secs = i64::try_from(millis / 1000).unwrap_or(i64::MAX);
+    Timestamp::from_second(secs)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+        .to_string()
+}
+
 /// Now, to the second, as the API server stores condition times: a time with a fraction would
 /// never compare equal to the stored one, and every status would look changed.
 pub fn now() -> Time {
@@ -133,6 +141,9 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         preview: None,
         // The watch loop adds the user-space stack's status from its supervisor.
         userspace_stack: None,
+        // The watch loop adds the confirmation window and the probes' results.
+        confirmation: None,
+        probes: Vec::new(),
     }
 }
 

@@ -12,7 +12,7 @@ use hoststack_crds::{ItemResult, ItemState, NodeState};
 
 use crate::appliers::{self, applier};
 use crate::host::Host;
-use crate::journal::{Applied, Entry, InFlight, Journal, JournalStore};
+use crate::journal::{Applied, Entry, InFlight, Journal, JournalStore, Provisional};
 use crate::model::{Reading, Setting};
 use crate::{Error, Result};
 
@@ -285,6 +285,41 @@ impl Transactor {
         Ok(true)
     }
 
+    /// Confirms the provisional revision: it stays, and nothing undoes it any more. Returns
+    /// whether there was one.
+    pub fn confirm(&self, observe: &mut dyn FnMut(Progress<'_>)) -> Result<bool> {
+        let mut journal = self.store.load()?;
+        if journal.provisional.take().is_none() {
+            return Ok(false);
+        }
+        self.save(&journal, observe)?;
+        Ok(true)
+    }
+
+    /// Undoes the provisional revision, if there is one: restores what the host had before it
+    /// (in reverse write order), drops the originals it added, manages again those it released,
+    /// and puts the journal back on the revision before it. Returns the revision undone.
+    pub fn abandon(&self, observe: &mut dyn FnMut(Progress<'_>)) -> Result<Option<Applied>> {
+        let mut journal = self.store.load()?;
+        let Some(provisional) = journal.provisional.clone() else {
+            return Ok(None);
+        };
+        tracing::warn!(
+            revision = ?journal.applied,
+            "undoing a revision that was not confirmed"
+        );
+        self.restore(&provisional.transaction.before, observe)?;
+        let undone = journal.applied.take();
+        journal
+            .originals
+            .retain(|e| !provisional.transaction.added.contains(&e.setting()));
+        journal.originals.extend(provisional.released);
+        journal.applied = provisional.previous;
+        journal.provisional = None;
+        self.save(&journal, observe)?;
+        Ok(undone)
+    }
+
     /// Recovers any interrupted transaction, reads the host and plans the way to `goal`.
     pub fn prepare(&self, goal: &Goal, observe: &mut dyn FnMut(Progress<'_>)) -> Result<Prepared> {
         self.recover(observe)?;
@@ -309,6 +344,31 @@ impl Transactor {
     /// `Err` means the journal could not be read or written, or an undo failed; item failures
     /// are an `Ok` outcome with state Failed.
     pub fn execute(&self, goal: &Goal, observe: &mut dyn FnMut(Progress<'_>)) -> Result<Outcome> {
+        self.run(goal, None, observe)
+    }
+
+    /// Runs the transaction to `goal` like [`Transactor::execute`], and leaves an applied
+    /// revision provisional until `deadline` (seconds since the epoch): the journal keeps what
+    /// undoes it until [`Transactor::confirm`], and [`Transactor::abandon`] undoes it (the
+    /// agent's startup does, for one it never confirmed). A transaction from a revision that is
+    /// still provisional leaves the new one provisional in its place, undone to what the host
+    /// was before the first; a revert is never provisional.
+    pub fn execute_provisional(
+        &self,
+        goal: &Goal,
+        deadline: u64,
+        observe: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Outcome> {
+        self.run(goal, Some(deadline), observe)
+    }
+
+    /// The transaction, provisional until `confirm_by` when given.
+    fn run(
+        &self,
+        goal: &Goal,
+        confirm_by: Option<u64>,
+        observe: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<Outcome> {
         let prepared = self.prepare(goal, observe)?;
         if prepared.is_settled(goal) {
             return Ok(prepared.settled(goal));
@@ -372,9 +432,42 @@ impl Transactor {
             }
         }
 
-        for released in &plan.released {
-            journal.originals.retain(|e| e.setting() != *released);
-        }
+        let released: Vec<Entry> = journal
+            .originals
+            .iter()
+            .filter(|e| plan.released.contains(&e.setting()))
+            .cloned()
+            .collect();
+        journal
+            .originals
+            .retain(|e| !plan.released.contains(&e.setting()));
+        journal.provisional = match (journal.provisional.take(), confirm_by) {
+            // Only an applied revision is provisional: a revert is never undone.
+            _ if goal.target.is_none() => None,
+            // Already provisional (drift written again, or the spec moved on to another revision
+            // before the first was confirmed): an undo still goes back to what the host was
+            // before the first, so the settings only this transaction wrote are added to what
+            // it restores.
+            (Some(mut earlier), _) => {
+                let first = &mut earlier.transaction;
+                for entry in &tx.before {
+                    if !first.before.iter().any(|e| e.setting() == entry.setting()) {
+                        first.before.push(entry.clone());
+                    }
+                }
+                first.added.extend(tx.added.iter().cloned());
+                first.target = tx.target.clone();
+                earlier.released.extend(released);
+                Some(earlier)
+            }
+            (None, Some(deadline)) => Some(Provisional {
+                transaction: tx.clone(),
+                previous: journal.applied.clone(),
+                released,
+                deadline,
+            }),
+            (None, None) => None,
+        };
         journal.applied = goal.target.clone();
         journal.transaction = None;
         self.save(&journal, observe)?;

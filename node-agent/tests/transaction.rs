@@ -398,6 +398,72 @@ fn a_killed_transaction_is_undone_on_restart_and_originals_survive() {
 }
 
 #[test]
+fn a_provisional_revision_is_undone_exactly_unless_confirmed() {
+    let host = FakeHost::new(BASE);
+    let pristine = host.snapshot();
+    run(&host, &goal("r1", &[("net.ipv4.tcp_sack", "0")]));
+    let (after_r1, journal_r1) = (host.snapshot(), host.journal());
+    let t = host.transactor();
+
+    // r2 applied provisionally, then r3 before r2 was confirmed (r3 writes one more setting
+    // and gives tcp_sack back): an undo goes back to r1, every setting.
+    let r2 = goal(
+        "r2",
+        &[("net.ipv4.tcp_sack", "0"), ("net.core.somaxconn", "8192")],
+    );
+    let r3 = goal(
+        "r3",
+        &[("net.core.somaxconn", "8192"), ("net.ipv4.tcp_dsack", "0")],
+    );
+    for g in [&r2, &r3] {
+        let outcome = t
+            .execute_provisional(g, 1_800_000_000, &mut no_pause())
+            .unwrap();
+        assert_eq!(outcome.state, NodeState::Applied);
+        assert_eq!(host.journal().applied, g.target);
+        assert!(host.journal().provisional.is_some());
+    }
+    assert_eq!(host.get("net.ipv4.tcp_sack"), "1");
+    let undone = t.abandon(&mut no_pause()).expect("abandon");
+    assert_eq!(undone, r3.target);
+    assert_eq!(host.snapshot(), after_r1);
+    assert_eq!(host.journal(), journal_r1);
+    assert_eq!(t.abandon(&mut no_pause()).expect("abandon"), None);
+
+    // Confirmed, it stays: nothing undoes it any more, and a revert finds the originals.
+    t.execute_provisional(&r2, 1_800_000_000, &mut no_pause())
+        .unwrap();
+    assert!(t.confirm(&mut no_pause()).expect("confirm"));
+    assert!(!t.confirm(&mut no_pause()).expect("confirm"));
+    assert_eq!(t.abandon(&mut no_pause()).expect("abandon"), None);
+    assert_eq!(host.get("net.core.somaxconn"), "8192");
+    run(&host, &Goal::revert());
+    assert_eq!(host.snapshot(), pristine);
+}
+
+#[test]
+fn an_agent_restarted_inside_the_window_reverts_the_unconfirmed_revision() {
+    let host = FakeHost::new(BASE);
+    let pristine = host.snapshot();
+    let r1 = goal("r1", &[("net.ipv4.tcp_sack", "0")]);
+    host.transactor()
+        .execute_provisional(&r1, 1_800_000_000, &mut no_pause())
+        .unwrap();
+    // A new agent (a restart) starts by undoing it.
+    let reconciler = Reconciler::new(host.transactor(), Hooks::default());
+    assert!(reconciler.recover().expect("recover"));
+    assert_eq!(host.snapshot(), pristine);
+    assert!(host.journal().is_empty());
+    // One confirmed before the restart stays.
+    host.transactor()
+        .execute_provisional(&r1, 1_800_000_000, &mut no_pause())
+        .unwrap();
+    host.transactor().confirm(&mut no_pause()).unwrap();
+    assert!(!reconciler.recover().expect("recover"));
+    assert_eq!(host.get("net.ipv4.tcp_sack"), "0");
+}
+
+#[test]
 fn a_kill_during_the_undo_of_a_failure_is_finished_on_restart() {
     let host = FakeHost::new(BASE);
     host.link("net.ipv4.tcp_zz_refuses", "/proc/version");

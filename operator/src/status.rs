@@ -23,10 +23,13 @@ pub struct Observed<'a> {
     pub now: Time,
 }
 
-/// Whether a node's agent reports `revision` applied.
+/// Whether a node's agent reports `revision` applied and confirmed (a provisional revision,
+/// which the agent may still revert by itself, is not applied yet).
 pub fn node_applied(nt: Option<&NodeTuning>, revision: &str) -> bool {
     nt.and_then(|nt| nt.status.as_ref()).is_some_and(|s| {
-        s.state == Some(NodeState::Applied) && s.applied_revision.as_deref() == Some(revision)
+        s.state == Some(NodeState::Applied)
+            && s.applied_revision.as_deref() == Some(revision)
+            && s.confirmation.is_none()
     })
 }
 

@@ -326,14 +326,14 @@ pub fn micros(time: SystemTime) -> u64 {
 }
 
 /// A node cut off from the API server until dropped.
-struct CutOff<'a> {
+pub struct CutOff<'a> {
     lab: &'a Lab,
     node: String,
 }
 
 impl<'a> CutOff<'a> {
     /// Drops every packet `node` sends to the API server.
-    fn new(lab: &'a Lab, node: &str) -> CutOff<'a> {
+    pub fn new(lab: &'a Lab, node: &str) -> CutOff<'a> {
         let url = lab.api_url();
         let authority = url.trim_start_matches("https://");
         let (host, port) = authority

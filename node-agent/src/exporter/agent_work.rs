@@ -1,10 +1,11 @@
 //! The agent's own work: transactions by result and by the revision they applied, drift,
-//! transaction durations, and the revision the host is on.
+//! transaction durations, the revision the host is on, post-apply probes and the revisions the
+//! agent reverted by itself.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use hoststack_crds::NodeState;
+use hoststack_crds::{NodeState, ProbeResult};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -37,6 +38,23 @@ struct RevisionLabels {
     result: &'static str,
 }
 
+/// The labels of `hoststack_agent_probes_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProbeLabels {
+    tuning: String,
+    probe: String,
+    /// passed or failed.
+    result: &'static str,
+}
+
+/// The labels of `hoststack_agent_self_reverts_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SelfRevertLabels {
+    tuning: String,
+    /// probe (a probe target failed) or unconfirmed (the confirmation did not come in time).
+    reason: &'static str,
+}
+
 /// Results a transaction can end in.
 const RESULTS: [&str; 4] = ["applied", "failed", "reverted", "error"];
 
@@ -49,6 +67,8 @@ pub struct AgentWork {
     duration: Histogram,
     applied: Family<AppliedLabels, Gauge>,
     current: Mutex<Option<AppliedLabels>>,
+    probes: Family<ProbeLabels, Counter>,
+    self_reverts: Family<SelfRevertLabels, Counter>,
 }
 
 impl AgentWork {
@@ -88,6 +108,18 @@ impl AgentWork {
             "1 for the revision the host is on (from the journal); absent when nothing is applied",
             applied.clone(),
         );
+        let probes = Family::<ProbeLabels, Counter>::default();
+        registry.register(
+            "agent_probes",
+            "Post-apply probes the agent ran while a revision was provisional, by tuning, probe (api-server or a target's name) and result (passed, failed)",
+            probes.clone(),
+        );
+        let self_reverts = Family::<SelfRevertLabels, Counter>::default();
+        registry.register(
+            "agent_self_reverts",
+            "Provisional revisions the agent reverted by itself, by tuning and reason: probe (a probe target failed) or unconfirmed (not confirmed within confirmTimeout)",
+            self_reverts.clone(),
+        );
         AgentWork {
             transactions,
             revision_transactions,
@@ -95,7 +127,44 @@ impl AgentWork {
             duration,
             applied,
             current: Mutex::new(None),
+            probes,
+            self_reverts,
         }
+    }
+
+    /// Counts one round of probes of a revision of `tuning`.
+    pub fn probes(&self, tuning: &str, results: &[ProbeResult]) {
+        for r in results {
+            self.probes
+                .get_or_create(&ProbeLabels {
+                    tuning: tuning.to_string(),
+                    probe: r.name.clone(),
+                    result: if r.passed { "passed" } else { "failed" },
+                })
+                .inc();
+        }
+    }
+
+    /// Shows the self-revert counters of `tuning` (at 0 until one happens), once it has a
+    /// provisional revision.
+    pub fn provisional(&self, tuning: &str) {
+        for reason in ["probe", "unconfirmed"] {
+            drop(self.self_reverts.get_or_create(&SelfRevertLabels {
+                tuning: tuning.to_string(),
+                reason,
+            }));
+        }
+    }
+
+    /// Counts a provisional revision of `tuning` the agent reverted by itself; `unconfirmed`
+    /// when its deadline passed, else a probe target failed.
+    pub fn self_revert(&self, tuning: &str, unconfirmed: bool) {
+        self.self_reverts
+            .get_or_create(&SelfRevertLabels {
+                tuning: tuning.to_string(),
+                reason: if unconfirmed { "unconfirmed" } else { "probe" },
+            })
+            .inc();
     }
 
     /// Counts one transaction to `target` (`None`: a revert) that ended in `state` after

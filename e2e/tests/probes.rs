@@ -1,0 +1,298 @@
+//! A change that cuts a node off undoes itself, against a real API server, real agents, real
+//! sysctls and real nftables in network namespaces: the post-apply probes (a TCP target in
+//! another node's namespace, the API server read back over a new connection) and the dead-man
+//! confirmation, which reverts a revision the agent cannot confirm within `confirmTimeout`,
+//! also across a SIGKILL inside the window.
+//!
+//! Each test starts its own lab of four nodes: node-a..node-c in pool=edge (node-a labelled the
+//! canary) and node-d in pool=core, where a TCP service listens for the probes.
+
+use std::time::{Duration, Instant};
+
+use hoststack_e2e::faults::inject::CutOff;
+use hoststack_e2e::prometheus::{sample, scrape};
+use hoststack_e2e::{Lab, LabConfig, Signal};
+use serde_json::Value;
+
+/// How long one step of a rollout may take.
+const STEP: Duration = Duration::from_secs(90);
+/// The edge pool.
+const EDGE: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// The port of node-d's TCP service.
+const SERVICE_PORT: u16 = 5300;
+
+fn lab() -> Lab {
+    let lab = Lab::start(LabConfig::with_nodes(4)).expect("lab starts");
+    lab.label_node("node-a", "hoststack.dev/canary", Some("true"));
+    lab
+}
+
+/// A TCP service on node-d (an iperf3 server, which accepts any connection).
+fn service(lab: &Lab) -> String {
+    let ip = lab.node_ip("node-d").to_string();
+    let port = SERVICE_PORT.to_string();
+    let argv = [
+        "ip",
+        "netns",
+        "exec",
+        lab.netns("node-d"),
+        "iperf3",
+        "-s",
+        "-B",
+        &ip,
+        "-p",
+        &port,
+    ];
+    lab.spawn_helper("service", &argv)
+        .expect("the service starts");
+    format!("{ip}:{port}")
+}
+
+/// A tuning of the edge pool: somaxconn 8192 (the namespace default is 4096), `extra` spec
+/// lines (indented by two) and a canary-first rollout.
+fn tuning(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {name}\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: edge\n  sysctls:\n    net.core.somaxconn: \"8192\"\n{extra}  rollout:\n    canary: 1\n    maxUnavailable: 2\n"
+    )
+}
+
+fn status(lab: &Lab, tuning: &str) -> Value {
+    lab.get_json(&["get", "networktuning", tuning])["status"].clone()
+}
+
+/// `node`'s NodeTuning status; null before the operator created it.
+fn node_status(lab: &Lab, node: &str) -> Value {
+    let out = lab.kubectl(&["get", "nodetuning", node, "-o", "json"]);
+    serde_json::from_slice::<Value>(&out.stdout).map_or(Value::Null, |nt| nt["status"].clone())
+}
+
+fn wait_phase(lab: &Lab, tuning: &str, want: &str) -> Value {
+    lab.wait_for(&format!("{tuning} to be {want}"), STEP, || {
+        let s = status(lab, tuning);
+        (s["phase"] == want).then_some(s)
+    })
+}
+
+fn delete(lab: &Lab, tuning: &str) {
+    let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The agent's counter `series` on `node` (0 when absent).
+fn counter(lab: &Lab, node: &str, series: &str) -> u64 {
+    let metrics = scrape(lab.agent_metrics_address(node)).expect("the agent's /metrics");
+    sample(&metrics, series).unwrap_or(0)
+}
+
+/// Runs `script` in `node`'s namespace.
+fn nft(lab: &Lab, node: &str, script: &str) {
+    let out = lab.exec_in_node(node, &["nft", script]);
+    assert!(
+        out.status.success(),
+        "nft on {node}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_completes() {
+    let lab = lab();
+    let target = service(&lab);
+    let original = lab.sysctl("node-a", "net.core.somaxconn");
+    let probes =
+        format!("  probes:\n    targets:\n      - name: peer\n        tcp: \"{target}\"\n");
+    // A firewall the agent may write (the prefix holds no API server) that drops the peer's
+    // answers: the probe of the peer fails, and the canary reverts by itself at once.
+    let peer = lab.node_ip("node-d");
+    let breaking = format!("  firewall:\n    blockedPrefixes:\n      - {peer}/32\n{probes}");
+    lab.apply_yaml(&tuning("guard", &breaking))
+        .expect("accepted");
+    let back = wait_phase(&lab, "guard", "RolledBack");
+    let message = back["message"].as_str().unwrap();
+    assert!(
+        message.contains("node-a failed to apply") && message.contains("probe peer"),
+        "{message}"
+    );
+    // node-a has since been rolled back (to nothing: a first rollout), and still shows
+    // the probes that failed.
+    let a = node_status(&lab, "node-a");
+    let peer_probe = a["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "peer")
+        .expect("the peer's probe");
+    assert_eq!(peer_probe["passed"], false, "{a}");
+    // The host is as it was: the table gone, the sysctl back; the others never changed.
+    lab.wait_for("node-a back at its own values", STEP, || {
+        (lab.sysctl("node-a", "net.core.somaxconn") == original).then_some(())
+    });
+    let tables = lab.exec_in_node("node-a", &["nft", "list", "tables"]);
+    assert!(
+        !String::from_utf8_lossy(&tables.stdout).contains("hoststack"),
+        "the firewall is gone"
+    );
+    for node in ["node-b", "node-c"] {
+        assert_eq!(lab.sysctl(node, "net.core.somaxconn"), original, "{node}");
+    }
+    assert_eq!(
+        counter(
+            &lab,
+            "node-a",
+            r#"hoststack_agent_self_reverts_total{tuning="guard",reason="probe"}"#
+        ),
+        1
+    );
+    delete(&lab, "guard");
+
+    // The same probe with a change that keeps the peer reachable, on nodes where ICMP is
+    // dropped both ways and node-b has no default route: every probe passes, the rollout
+    // completes.
+    for node in EDGE {
+        nft(
+            &lab,
+            node,
+            "add table inet e2e-no-icmp; add chain inet e2e-no-icmp in { type filter hook input priority 0; }; add chain inet e2e-no-icmp out { type filter hook output priority 0; }; add rule inet e2e-no-icmp in meta l4proto icmp drop; add rule inet e2e-no-icmp out meta l4proto icmp drop",
+        );
+    }
+    let routes = lab.exec_in_node("node-b", &["ip", "route", "show", "default"]);
+    if !String::from_utf8_lossy(&routes.stdout).trim().is_empty() {
+        let out = lab.exec_in_node("node-b", &["ip", "route", "del", "default"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lab.apply_yaml(&tuning("good", &probes)).expect("accepted");
+    wait_phase(&lab, "good", "Complete");
+    for node in EDGE {
+        let s = node_status(&lab, node);
+        assert_eq!(lab.sysctl(node, "net.core.somaxconn"), "8192", "{node}");
+        assert!(s["confirmation"].is_null(), "{node} confirmed: {s}");
+        let probes: Vec<(String, bool)> = s["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["name"].as_str().unwrap().to_string(), p["passed"] == true))
+            .collect();
+        assert_eq!(
+            probes,
+            [("peer".to_string(), true), ("api-server".to_string(), true)],
+            "{node}"
+        );
+    }
+    delete(&lab, "good");
+    for node in EDGE {
+        nft(&lab, node, "delete table inet e2e-no-icmp");
+    }
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn a_node_cut_off_from_the_api_server_reverts_by_itself_within_confirm_timeout() {
+    let lab = lab();
+    let original = lab.sysctl("node-a", "net.core.somaxconn");
+    let probes = "  probes:\n    settleTime: 5s\n    confirmTimeout: 20s\n";
+    lab.apply_yaml(&tuning("cut", probes)).expect("accepted");
+    // The canary applied and is provisional: cut it off before it can confirm.
+    let pending = lab.wait_for("node-a's revision to be provisional", STEP, || {
+        let s = node_status(&lab, "node-a");
+        (s["state"] == "Applied" && s["confirmation"].is_object()).then_some(s)
+    });
+    let cut = CutOff::new(&lab, "node-a");
+    let cut_at = Instant::now();
+    assert_eq!(lab.sysctl("node-a", "net.core.somaxconn"), "8192");
+    lab.wait_for("node-a to revert by itself", STEP, || {
+        (lab.sysctl("node-a", "net.core.somaxconn") == original).then_some(())
+    });
+    let took = cut_at.elapsed();
+    eprintln!(
+        "cut off {took:?} before reverting by itself (confirmation deadline {})",
+        pending["confirmation"]["deadline"]
+    );
+    // The deadline is 20 s after the apply, the cut about a second after it; a round of
+    // probes in flight at the deadline is cut short.
+    assert!(
+        took < Duration::from_secs(25),
+        "reverted by the deadline: {took:?}"
+    );
+    // While cut off, the operator heard nothing: the rollout still waits on the canary.
+    assert_ne!(status(&lab, "cut")["phase"], "RolledBack");
+    drop(cut);
+    // Healed, the node says what happened, and the canary's failure rolls the rollout back.
+    let back = wait_phase(&lab, "cut", "RolledBack");
+    let message = back["message"].as_str().unwrap();
+    assert!(
+        message.contains("was not confirmed within 20s") && message.contains("api-server"),
+        "{message}"
+    );
+    assert_eq!(
+        counter(
+            &lab,
+            "node-a",
+            r#"hoststack_agent_self_reverts_total{tuning="cut",reason="unconfirmed"}"#
+        ),
+        1
+    );
+    for node in ["node-b", "node-c"] {
+        assert_eq!(lab.sysctl(node, "net.core.somaxconn"), original, "{node}");
+    }
+    delete(&lab, "cut");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn an_agent_killed_inside_the_window_reverts_on_restart_unless_it_had_confirmed() {
+    let lab = lab();
+    let applied = r#"hoststack_agent_transactions_total{result="applied"}"#;
+    // A long settle time: the kill lands inside the window.
+    let probes = "  probes:\n    settleTime: 15s\n    confirmTimeout: 60s\n";
+    lab.apply_yaml(&tuning("slow", probes)).expect("accepted");
+    lab.wait_for("node-a's revision to be provisional", STEP, || {
+        let s = node_status(&lab, "node-a");
+        (s["state"] == "Applied" && s["confirmation"].is_object()).then_some(())
+    });
+    lab.kill_agent("node-a", Signal::Kill);
+    let journal = std::fs::read_to_string(lab.agent_state_dir("node-a").join("journal.json"))
+        .expect("the journal");
+    assert!(journal.contains("\"provisional\""), "{journal}");
+    // Restarted, it undoes the unconfirmed revision first, so it applies it again (a
+    // transaction of the new process), and confirms it this time.
+    lab.start_agent("node-a", &[]);
+    lab.wait_for("node-a to confirm after its restart", STEP, || {
+        let s = node_status(&lab, "node-a");
+        (s["state"] == "Applied" && s["confirmation"].is_null()).then_some(())
+    });
+    assert_eq!(
+        counter(&lab, "node-a", applied),
+        1,
+        "re-applied after the undo"
+    );
+
+    // Killed once confirmed, it keeps the revision: the new process runs no transaction.
+    lab.kill_agent("node-a", Signal::Kill);
+    let journal = std::fs::read_to_string(lab.agent_state_dir("node-a").join("journal.json"))
+        .expect("the journal");
+    assert!(!journal.contains("\"provisional\""), "{journal}");
+    lab.start_agent("node-a", &[]);
+    lab.wait_for("node-a's new agent to report", STEP, || {
+        let metrics = scrape(lab.agent_metrics_address("node-a"))?;
+        metrics
+            .contains("hoststack_agent_applied_revision")
+            .then_some(())
+    });
+    assert_eq!(
+        counter(&lab, "node-a", applied),
+        0,
+        "kept without a transaction"
+    );
+    assert_eq!(lab.sysctl("node-a", "net.core.somaxconn"), "8192");
+    wait_phase(&lab, "slow", "Complete");
+    delete(&lab, "slow");
+    lab.stop().expect("the lab stops cleanly");
+}
