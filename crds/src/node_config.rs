@@ -135,9 +135,15 @@ pub struct NodeConfig {
 pub struct Probes {
     /// Check the API server after the change, over a new connection along the node's own
     /// network path, and confirm the revision only once the agent's status write is read back
-    /// (default true). `false` turns both off: the revision is never provisional.
+    /// (default true). `false` turns both off: the revision is never provisional unless other
+    /// probes are on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_server: Option<bool>,
+    /// Check that the default gateway, where the node has a default route, still answers
+    /// address resolution (ARP or neighbour discovery; no ICMP) (default true). A node
+    /// without a default route skips it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_gateway: Option<bool>,
     /// How long after the transaction the probes run again before the revision is confirmed
     /// (default 2s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,7 +164,7 @@ pub struct Probes {
     pub targets: Vec<ProbeTarget>,
 }
 
-/// A probe target: a TCP connect to `host:port`.
+/// A probe target: exactly one of a TCP connect, an HTTP GET or a DNS lookup.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProbeTarget {
@@ -166,8 +172,29 @@ pub struct ProbeTarget {
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
     /// `host:port` (an IP address or a DNS name) to open a TCP connection to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 3, max = 253))]
-    pub tcp: String,
+    pub tcp: Option<String>,
+    /// A plain-HTTP GET and the status it must answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpProbe>,
+    /// A name the node's resolver must turn into at least one address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub dns: Option<String>,
+}
+
+/// An HTTP GET probe.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpProbe {
+    /// `http://host[:port][/path]` (plain HTTP).
+    #[schemars(length(min = 8, max = 2048))]
+    pub url: String,
+    /// The status it must answer (default 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 599))]
+    pub expect_status: Option<u16>,
 }
 
 /// What the agent does about drift.

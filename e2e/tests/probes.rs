@@ -27,25 +27,33 @@ fn lab() -> Lab {
     lab
 }
 
-/// A TCP service on node-d (an iperf3 server, which accepts any connection).
-fn service(lab: &Lab) -> String {
+/// A TCP service on node-d (an iperf3 server, which accepts any connection) and an HTTP one
+/// on the next port; their `host:port`.
+fn service(lab: &Lab) -> (String, String) {
     let ip = lab.node_ip("node-d").to_string();
     let port = SERVICE_PORT.to_string();
-    let argv = [
+    let http_port = (SERVICE_PORT + 1).to_string();
+    let netns = lab.netns("node-d");
+    let tcp = [
+        "ip", "netns", "exec", netns, "iperf3", "-s", "-B", &ip, "-p", &port,
+    ];
+    lab.spawn_helper("service", &tcp)
+        .expect("the service starts");
+    let http = [
         "ip",
         "netns",
         "exec",
-        lab.netns("node-d"),
-        "iperf3",
-        "-s",
-        "-B",
+        netns,
+        "python3",
+        "-m",
+        "http.server",
+        &http_port,
+        "--bind",
         &ip,
-        "-p",
-        &port,
     ];
-    lab.spawn_helper("service", &argv)
-        .expect("the service starts");
-    format!("{ip}:{port}")
+    lab.spawn_helper("http", &http)
+        .expect("the HTTP service starts");
+    (format!("{ip}:{port}"), format!("{ip}:{http_port}"))
 }
 
 /// A tuning of the edge pool: somaxconn 8192 (the namespace default is 4096), `extra` spec
@@ -101,10 +109,11 @@ fn nft(lab: &Lab, node: &str, script: &str) {
 #[test]
 fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_completes() {
     let lab = lab();
-    let target = service(&lab);
+    let (target, web) = service(&lab);
     let original = lab.sysctl("node-a", "net.core.somaxconn");
-    let probes =
-        format!("  probes:\n    targets:\n      - name: peer\n        tcp: \"{target}\"\n");
+    let probes = format!(
+        "  probes:\n    targets:\n      - name: peer\n        tcp: \"{target}\"\n      - name: web\n        http:\n          url: \"http://{web}/\"\n      - name: resolver\n        dns: localhost\n"
+    );
     // A firewall the agent may write (the prefix holds no API server) that drops the peer's
     // answers: the probe of the peer fails, and the canary reverts by itself at once.
     let peer = lab.node_ip("node-d");
@@ -149,9 +158,8 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
     );
     delete(&lab, "guard");
 
-    // The same probe with a change that keeps the peer reachable, on nodes where ICMP is
-    // dropped both ways and node-b has no default route: every probe passes, the rollout
-    // completes.
+    // The same probes (and an HTTP one, a lookup) with a change that keeps the peer reachable,
+    // on nodes where ICMP is dropped both ways: every probe passes, the rollout completes.
     for node in EDGE {
         nft(
             &lab,
@@ -159,15 +167,16 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
             "add table inet e2e-no-icmp; add chain inet e2e-no-icmp in { type filter hook input priority 0; }; add chain inet e2e-no-icmp out { type filter hook output priority 0; }; add rule inet e2e-no-icmp in meta l4proto icmp drop; add rule inet e2e-no-icmp out meta l4proto icmp drop",
         );
     }
-    let routes = lab.exec_in_node("node-b", &["ip", "route", "show", "default"]);
-    if !String::from_utf8_lossy(&routes.stdout).trim().is_empty() {
-        let out = lab.exec_in_node("node-b", &["ip", "route", "del", "default"]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    // The process nodes have no default route (their subnet is on-link); node-c gets one via
+    // the lab's bridge, so that its gateway is probed too.
+    let url = lab.api_url().trim_start_matches("https://").to_string();
+    let bridge = url.rsplit_once(':').map_or(url.as_str(), |(h, _)| h);
+    let out = lab.exec_in_node("node-c", &["ip", "route", "add", "default", "via", bridge]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     lab.apply_yaml(&tuning("good", &probes)).expect("accepted");
     wait_phase(&lab, "good", "Complete");
     for node in EDGE {
@@ -180,11 +189,15 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
             .iter()
             .map(|p| (p["name"].as_str().unwrap().to_string(), p["passed"] == true))
             .collect();
-        assert_eq!(
-            probes,
-            [("peer".to_string(), true), ("api-server".to_string(), true)],
-            "{node}"
-        );
+        let want = ["peer", "web", "resolver", "default-gateway", "api-server"];
+        let ran: Vec<&str> = probes.iter().map(|(n, _)| n.as_str()).collect();
+        // Only node-c has a default route: the others skip the gateway.
+        let want: Vec<&str> = want
+            .into_iter()
+            .filter(|p| node == "node-c" || *p != "default-gateway")
+            .collect();
+        assert_eq!(ran, want, "{node}: {s}");
+        assert!(probes.iter().all(|(_, passed)| *passed), "{node}: {s}");
     }
     delete(&lab, "good");
     for node in EDGE {

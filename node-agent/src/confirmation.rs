@@ -14,6 +14,9 @@ use std::time::Duration;
 
 use hoststack_crds::{ProbeResult, ProbeTarget, Probes};
 
+/// The probe name of the default-gateway check.
+pub const GATEWAY_PROBE: &str = "default-gateway";
+
 use crate::duration::parse_duration;
 
 /// The probe name of the API-server check.
@@ -33,14 +36,106 @@ pub const RETRY: Duration = Duration::from_secs(2);
 pub struct Checks {
     /// Read the agent's own status back from the API server over a new connection.
     pub api_server: bool,
+    /// Resolve the default gateway's address, where there is a default route.
+    pub default_gateway: bool,
     /// The wait after the transaction before the confirming round.
     pub settle: Duration,
     /// How long one probe is retried.
     pub timeout: Duration,
     /// How long the revision may stay unconfirmed.
     pub confirm_timeout: Duration,
-    /// TCP targets.
-    pub targets: Vec<ProbeTarget>,
+    /// The tuning's own targets.
+    pub targets: Vec<Target>,
+}
+
+/// One of the tuning's probe targets, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Its name.
+    pub name: String,
+    /// What it checks.
+    pub check: Check,
+}
+
+/// What a target checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// A TCP connection to `host:port`.
+    Tcp(String),
+    /// A plain-HTTP GET of `path` from `authority` (`host:port`), answered with `status`.
+    Http {
+        /// `host:port`.
+        authority: String,
+        /// The request path, `/` at least.
+        path: String,
+        /// The status it must answer.
+        status: u16,
+    },
+    /// A lookup of the name by the node's resolver.
+    Dns(String),
+}
+
+impl Target {
+    /// The checked form of `target`; an error naming the target when it sets not exactly one
+    /// check or an HTTP URL that is not plain `http://`.
+    pub fn of(target: &ProbeTarget) -> Result<Target, String> {
+        let name = &target.name;
+        let check = match (&target.tcp, &target.http, &target.dns) {
+            (Some(tcp), None, None) => Check::Tcp(tcp.clone()),
+            (None, Some(http), None) => {
+                let rest = http.url.strip_prefix("http://").ok_or_else(|| {
+                    format!(
+                        "probes.targets[{name}].http.url: {:?} is not a plain http:// URL",
+                        http.url
+                    )
+                })?;
+                let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+                if host.is_empty() {
+                    return Err(format!(
+                        "probes.targets[{name}].http.url: {:?} names no host",
+                        http.url
+                    ));
+                }
+                let authority = if host
+                    .rsplit_once(':')
+                    .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+                {
+                    host.to_string()
+                } else {
+                    format!("{host}:80")
+                };
+                Check::Http {
+                    authority,
+                    path: if path.is_empty() {
+                        "/".into()
+                    } else {
+                        path.into()
+                    },
+                    status: http.expect_status.unwrap_or(200),
+                }
+            }
+            (None, None, Some(dns)) => Check::Dns(dns.clone()),
+            _ => {
+                return Err(format!(
+                    "probes.targets[{name}]: set exactly one of tcp, http and dns"
+                ))
+            }
+        };
+        Ok(Target {
+            name: name.clone(),
+            check,
+        })
+    }
+
+    /// What it reaches for, as the status shows it.
+    pub fn shown(&self) -> String {
+        match &self.check {
+            Check::Tcp(t) | Check::Dns(t) => t.clone(),
+            Check::Http {
+                authority, path, ..
+            } => format!("http://{authority}{path}"),
+        }
+    }
 }
 
 impl Checks {
@@ -56,6 +151,7 @@ impl Checks {
         };
         let checks = Checks {
             api_server: p.api_server.unwrap_or(true),
+            default_gateway: p.default_gateway.unwrap_or(true),
             settle: duration("settleTime", &p.settle_time, DEFAULT_SETTLE)?,
             timeout: duration("timeout", &p.timeout, DEFAULT_TIMEOUT)?,
             confirm_timeout: duration(
@@ -63,9 +159,10 @@ impl Checks {
                 &p.confirm_timeout,
                 DEFAULT_CONFIRM_TIMEOUT,
             )?,
-            targets: p.targets.clone(),
+            targets: p.targets.iter().map(Target::of).collect::<Result<_, _>>()?,
         };
-        Ok((checks.api_server || !checks.targets.is_empty()).then_some(checks))
+        let any = checks.api_server || checks.default_gateway || !checks.targets.is_empty();
+        Ok(any.then_some(checks))
     }
 }
 
@@ -164,7 +261,8 @@ pub enum Verdict {
     Retry(String),
 }
 
-/// The verdict of one round of probe `results`.
+/// The verdict of one round of probe `results`: a failure of the tuning's targets or of the
+/// default gateway reverts; one of the API server is retried.
 pub fn judge(results: &[ProbeResult]) -> Verdict {
     let failed = |r: &&ProbeResult| !r.passed;
     let describe = |r: &ProbeResult| {
@@ -215,20 +313,22 @@ mod tests {
         );
         let off = Probes {
             api_server: Some(false),
+            default_gateway: Some(false),
             ..Probes::default()
         };
         assert_eq!(Checks::of(Some(&off)), Ok(None));
         let target = Probes {
-            api_server: Some(false),
             confirm_timeout: Some("20s".into()),
             targets: vec![ProbeTarget {
                 name: "web".into(),
-                tcp: "198.18.0.9:80".into(),
+                tcp: Some("198.18.0.9:80".into()),
+                ..ProbeTarget::default()
             }],
-            ..Probes::default()
+            ..off.clone()
         };
         let checks = Checks::of(Some(&target)).unwrap().unwrap();
         assert_eq!(checks.confirm_timeout, Duration::from_secs(20));
+        assert_eq!(checks.targets[0].check, Check::Tcp("198.18.0.9:80".into()));
         let bad = Probes {
             settle_time: Some("soon".into()),
             ..Probes::default()
@@ -236,6 +336,60 @@ mod tests {
         assert!(Checks::of(Some(&bad))
             .unwrap_err()
             .starts_with("probes.settleTime: "));
+    }
+
+    #[test]
+    fn a_target_sets_exactly_one_check_and_http_urls_are_plain() {
+        let http = |url: &str, status| ProbeTarget {
+            name: "web".into(),
+            http: Some(hoststack_crds::HttpProbe {
+                url: url.into(),
+                expect_status: status,
+            }),
+            ..ProbeTarget::default()
+        };
+        let table = [
+            (
+                http("http://198.18.0.9:8080/healthz", Some(204)),
+                Ok(Check::Http {
+                    authority: "198.18.0.9:8080".into(),
+                    path: "/healthz".into(),
+                    status: 204,
+                }),
+            ),
+            (
+                http("http://svc.local", None),
+                Ok(Check::Http {
+                    authority: "svc.local:80".into(),
+                    path: "/".into(),
+                    status: 200,
+                }),
+            ),
+            (
+                http("https://svc.local/", None),
+                Err("probes.targets[web].http.url: \"https://svc.local/\" is not a plain http:// URL".to_string()),
+            ),
+            (
+                ProbeTarget {
+                    name: "web".into(),
+                    tcp: Some("a:1".into()),
+                    dns: Some("a".into()),
+                    ..ProbeTarget::default()
+                },
+                Err("probes.targets[web]: set exactly one of tcp, http and dns".to_string()),
+            ),
+            (
+                ProbeTarget {
+                    name: "resolver".into(),
+                    dns: Some("kubernetes.default".into()),
+                    ..ProbeTarget::default()
+                },
+                Ok(Check::Dns("kubernetes.default".into())),
+            ),
+        ];
+        for (target, want) in table {
+            assert_eq!(Target::of(&target).map(|t| t.check), want, "{target:?}");
+        }
     }
 
     #[test]

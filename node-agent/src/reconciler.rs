@@ -384,7 +384,22 @@ fn blocking_items(intent: &Intent, expansion: &Expansion) -> Vec<ItemResult> {
         } => ItemState::WouldFail,
         _ => ItemState::Failed,
     };
-    expansion.blockers(state)
+    let mut blockers = expansion.blockers(state);
+    // Probes that cannot be carried out: nothing is applied that could not be confirmed.
+    if let Intent::Revision { config, .. } = intent {
+        if let Err(message) = Checks::of(config.probes.as_ref()) {
+            blockers.push(ItemResult {
+                kind: "probes".into(),
+                target: "probes".into(),
+                original: None,
+                desired: None,
+                actual: None,
+                state,
+                message: Some(message),
+            });
+        }
+    }
+    blockers
 }
 
 /// The Failed outcome of a revision with blockers (refused requests, parts this agent does not
