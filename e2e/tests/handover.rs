@@ -52,7 +52,7 @@ fn tuning(name: &str, priority: u32, sysctls: &[(&str, &str)], rollout: &str) ->
 fn edge_sack(lab: &Lab, rollout: &str) -> String {
     lab.apply_yaml(&tuning("edge-sack", 10, &SACK, rollout))
         .expect("accepted");
-    let done = wait_phase(lab, "edge-sack", "Complete");
+    let done = lab.wait_tuning_phase("edge-sack", "Complete", STEP);
     for node in EDGE {
         assert!(on_sack(lab, node), "{node} has edge-sack's values");
     }
@@ -62,17 +62,6 @@ fn edge_sack(lab: &Lab, rollout: &str) -> String {
 /// Whether `node` has every one of edge-sack's values.
 fn on_sack(lab: &Lab, node: &str) -> bool {
     SACK.iter().all(|(k, v)| lab.sysctl(node, k) == *v)
-}
-
-fn status(lab: &Lab, tuning: &str) -> Value {
-    lab.get_json(&["get", "networktuning", tuning])["status"].clone()
-}
-
-fn wait_phase(lab: &Lab, tuning: &str, want: &str) -> Value {
-    lab.wait_for(&format!("{tuning} to be {want}"), STEP, || {
-        let s = status(lab, tuning);
-        (s["phase"] == want).then_some(s)
-    })
 }
 
 /// What each edge node's spec holds and its agent reports: (spec tuning, spec revision,
@@ -109,17 +98,20 @@ fn wait_all_on(lab: &Lab, tuning: &str, revision: &str) {
     );
 }
 
+/// The wave of `tuning` with this index, once its status shows it.
+fn wave(lab: &Lab, tuning: &str, index: usize) -> Option<Value> {
+    lab.tuning_status(tuning)["waves"]
+        .as_array()?
+        .iter()
+        .find(|w| w["index"] == index)
+        .cloned()
+}
+
 /// Passes the wave in flight of `tuning` by hand, once it waits to be promoted.
 fn promote(lab: &Lab, tuning: &str, revision: &str, index: usize) {
     let id = format!("{revision}-wave{index}");
     lab.wait_for(&format!("{id} to wait for its promotion"), STEP, || {
-        let s = status(lab, tuning);
-        let wave = s["waves"]
-            .as_array()?
-            .iter()
-            .find(|w| w["index"] == index)?
-            .clone();
-        (wave["result"] == "Applied").then_some(())
+        (wave(lab, tuning, index)?["result"] == "Applied").then_some(())
     });
     let annotation = format!("hoststack.dev/promote={id}");
     let out = lab.kubectl(&[
@@ -139,14 +131,8 @@ fn promote(lab: &Lab, tuning: &str, revision: &str, index: usize) {
 /// The nodes of the wave of `tuning` with this index.
 fn wave_nodes(lab: &Lab, tuning: &str, index: usize) -> Vec<String> {
     lab.wait_for(&format!("wave {index} of {tuning}"), STEP, || {
-        let s = status(lab, tuning);
-        let wave = s["waves"]
-            .as_array()?
-            .iter()
-            .find(|w| w["index"] == index)?
-            .clone();
         Some(
-            wave["nodes"]
+            wave(lab, tuning, index)?["nodes"]
                 .as_array()?
                 .iter()
                 .map(|n| n.as_str().unwrap().to_string())
@@ -169,15 +155,6 @@ fn plugin(lab: &Lab, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn delete(lab: &Lab, tuning: &str) {
-    let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `kubectl get networktunings`, as a user sees it.
@@ -220,7 +197,7 @@ fn a_failed_takeover_leaves_every_node_on_the_tuning_it_had() {
         "    canary: 1\n    maxUnavailable: 2\n",
     );
     lab.apply_yaml(&newbie).expect("accepted");
-    let back = wait_phase(&lab, "newbie", "RolledBack");
+    let back = lab.wait_tuning_phase("newbie", "RolledBack", STEP);
     assert!(
         back["message"]
             .as_str()
@@ -238,7 +215,7 @@ fn a_failed_takeover_leaves_every_node_on_the_tuning_it_had() {
         assert!(on_sack(&lab, &node), "{node} kept edge-sack's values");
     }
     // edge-sack says it is superseded, not Complete 0/N.
-    let superseded = wait_phase(&lab, "edge-sack", "Superseded");
+    let superseded = lab.wait_tuning_phase("edge-sack", "Superseded", STEP);
     assert_eq!(superseded["supersededBy"], "newbie", "{superseded}");
     assert_eq!(superseded["progress"], "0/0", "{superseded}");
     let table = get_tunings(&lab);
@@ -257,8 +234,8 @@ fn a_failed_takeover_leaves_every_node_on_the_tuning_it_had() {
     );
 
     // Deleting newbie gives the nodes back to edge-sack, which they never left.
-    delete(&lab, "newbie");
-    let done = wait_phase(&lab, "edge-sack", "Complete");
+    lab.delete_tuning("newbie");
+    let done = lab.wait_tuning_phase("edge-sack", "Complete", STEP);
     assert_eq!(done["progress"], "4/4", "{done}");
     lab.wait_for("edge-sack to govern its nodes again", STEP, || {
         nodes(&lab)
@@ -267,7 +244,7 @@ fn a_failed_takeover_leaves_every_node_on_the_tuning_it_had() {
             .then_some(())
     });
     assert!(history(&lab, "hoststack.dev/tuning=newbie").is_empty());
-    delete(&lab, "edge-sack");
+    lab.delete_tuning("edge-sack");
     lab.stop().expect("the lab stops cleanly");
 }
 
@@ -279,14 +256,14 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
     lab.apply_yaml(&tuning("edge-sack", 10, &SACK, manual))
         .expect("accepted");
     let sack = lab.wait_for("edge-sack's revision", STEP, || {
-        status(&lab, "edge-sack")["currentRevision"]
+        lab.tuning_status("edge-sack")["currentRevision"]
             .as_str()
             .map(String::from)
     });
     for i in 0..3 {
         promote(&lab, "edge-sack", &sack, i);
     }
-    wait_phase(&lab, "edge-sack", "Complete");
+    lab.wait_tuning_phase("edge-sack", "Complete", STEP);
     wait_all_on(&lab, "edge-sack", &sack);
 
     // newbie takes over, canary first, a wave at a time.
@@ -298,7 +275,7 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
     ))
     .expect("accepted");
     let newbie = lab.wait_for("newbie's revision", STEP, || {
-        status(&lab, "newbie")["currentRevision"]
+        lab.tuning_status("newbie")["currentRevision"]
             .as_str()
             .map(String::from)
     });
@@ -353,14 +330,14 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
         }
         promote(&lab, "newbie", &newbie, i);
     }
-    wait_phase(&lab, "newbie", "Complete");
+    lab.wait_tuning_phase("newbie", "Complete", STEP);
     wait_all_on(&lab, "newbie", &newbie);
-    wait_phase(&lab, "edge-sack", "Superseded");
+    lab.wait_tuning_phase("edge-sack", "Superseded", STEP);
     eprintln!("after the takeover:\n{}", get_tunings(&lab));
 
     // Deleting newbie hands the nodes back to edge-sack: a new round of its rollout, canary
     // first, numbered after its first three waves; the others keep newbie's values meanwhile.
-    delete(&lab, "newbie");
+    lab.delete_tuning("newbie");
     let canary = wave_nodes(&lab, "edge-sack", 3);
     assert_eq!(canary, ["node-a"]);
     lab.wait_for("the canary back on edge-sack", STEP, || {
@@ -385,7 +362,7 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
     for i in 3..6 {
         promote(&lab, "edge-sack", &sack, i);
     }
-    wait_phase(&lab, "edge-sack", "Complete");
+    lab.wait_tuning_phase("edge-sack", "Complete", STEP);
     wait_all_on(&lab, "edge-sack", &sack);
     for node in EDGE {
         assert!(on_sack(&lab, node), "{node}");
@@ -396,7 +373,7 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
             .is_empty()
             .then_some(())
     });
-    delete(&lab, "edge-sack");
+    lab.delete_tuning("edge-sack");
     lab.stop().expect("the lab stops cleanly");
 }
 
@@ -418,7 +395,7 @@ fn a_failed_analysis_returns_the_canary_to_the_other_tunings_revision() {
         &gate,
     ))
     .expect("accepted");
-    let back = wait_phase(&lab, "newbie", "RolledBack");
+    let back = lab.wait_tuning_phase("newbie", "RolledBack", STEP);
     let analysis = &back["waves"][0]["analysis"];
     assert_eq!(analysis["verdict"], "Fail", "{back}");
     assert!(
@@ -434,8 +411,8 @@ fn a_failed_analysis_returns_the_canary_to_the_other_tunings_revision() {
         assert!(on_sack(&lab, node), "{node}");
     }
     drop(prometheus);
-    delete(&lab, "newbie");
-    delete(&lab, "edge-sack");
+    lab.delete_tuning("newbie");
+    lab.delete_tuning("edge-sack");
     lab.stop().expect("the lab stops cleanly");
 }
 
@@ -456,7 +433,7 @@ fn a_takeover_survives_an_operator_restart_mid_wave_and_an_agent_killed_inside_i
     lab.apply_yaml(&tuning("newbie", 900, &next, manual))
         .expect("accepted");
     let newbie = lab.wait_for("newbie's revision", STEP, || {
-        status(&lab, "newbie")["currentRevision"]
+        lab.tuning_status("newbie")["currentRevision"]
             .as_str()
             .map(String::from)
     });
@@ -490,7 +467,7 @@ fn a_takeover_survives_an_operator_restart_mid_wave_and_an_agent_killed_inside_i
     for i in 1..4 {
         promote(&lab, "newbie", &newbie, i);
     }
-    let done = wait_phase(&lab, "newbie", "Complete");
+    let done = lab.wait_tuning_phase("newbie", "Complete", STEP);
     let waves: Vec<Vec<Value>> = done["waves"]
         .as_array()
         .unwrap()
@@ -505,11 +482,11 @@ fn a_takeover_survives_an_operator_restart_mid_wave_and_an_agent_killed_inside_i
     // Pending.
     let narrowed = tuning("newbie", 900, &next, manual).replace("pool: edge", "pool: nowhere");
     lab.apply_yaml(&narrowed).expect("accepted");
-    wait_phase(&lab, "edge-sack", "Complete");
+    lab.wait_tuning_phase("edge-sack", "Complete", STEP);
     wait_all_on(&lab, "edge-sack", &sack);
-    let pending = wait_phase(&lab, "newbie", "Pending");
+    let pending = lab.wait_tuning_phase("newbie", "Pending", STEP);
     assert_eq!(pending["progress"], "0/0", "{pending}");
-    delete(&lab, "newbie");
-    delete(&lab, "edge-sack");
+    lab.delete_tuning("newbie");
+    lab.delete_tuning("edge-sack");
     lab.stop().expect("the lab stops cleanly");
 }

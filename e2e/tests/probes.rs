@@ -64,30 +64,10 @@ fn tuning(name: &str, extra: &str) -> String {
     )
 }
 
-fn status(lab: &Lab, tuning: &str) -> Value {
-    lab.get_json(&["get", "networktuning", tuning])["status"].clone()
-}
-
 /// `node`'s NodeTuning status; null before the operator created it.
 fn node_status(lab: &Lab, node: &str) -> Value {
     let out = lab.kubectl(&["get", "nodetuning", node, "-o", "json"]);
     serde_json::from_slice::<Value>(&out.stdout).map_or(Value::Null, |nt| nt["status"].clone())
-}
-
-fn wait_phase(lab: &Lab, tuning: &str, want: &str) -> Value {
-    lab.wait_for(&format!("{tuning} to be {want}"), STEP, || {
-        let s = status(lab, tuning);
-        (s["phase"] == want).then_some(s)
-    })
-}
-
-fn delete(lab: &Lab, tuning: &str) {
-    let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The agent's counter `series` on `node` (0 when absent).
@@ -120,7 +100,7 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
     let breaking = format!("  firewall:\n    blockedPrefixes:\n      - {peer}/32\n{probes}");
     lab.apply_yaml(&tuning("guard", &breaking))
         .expect("accepted");
-    let back = wait_phase(&lab, "guard", "RolledBack");
+    let back = lab.wait_tuning_phase("guard", "RolledBack", STEP);
     let message = back["message"].as_str().unwrap();
     assert!(
         message.contains("node-a failed to apply") && message.contains("probe peer"),
@@ -156,7 +136,7 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
         ),
         1
     );
-    delete(&lab, "guard");
+    lab.delete_tuning("guard");
 
     // The same probes (and an HTTP one, a lookup) with a change that keeps the peer reachable,
     // on nodes where ICMP is dropped both ways: every probe passes, the rollout completes.
@@ -178,7 +158,7 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
         String::from_utf8_lossy(&out.stderr)
     );
     lab.apply_yaml(&tuning("good", &probes)).expect("accepted");
-    wait_phase(&lab, "good", "Complete");
+    lab.wait_tuning_phase("good", "Complete", STEP);
     for node in EDGE {
         let s = node_status(&lab, node);
         assert_eq!(lab.sysctl(node, "net.core.somaxconn"), "8192", "{node}");
@@ -199,7 +179,7 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
         assert_eq!(ran, want, "{node}: {s}");
         assert!(probes.iter().all(|(_, passed)| *passed), "{node}: {s}");
     }
-    delete(&lab, "good");
+    lab.delete_tuning("good");
     for node in EDGE {
         nft(&lab, node, "delete table inet e2e-no-icmp");
     }
@@ -235,10 +215,10 @@ fn a_node_cut_off_from_the_api_server_reverts_by_itself_within_confirm_timeout()
         "reverted by the deadline: {took:?}"
     );
     // While cut off, the operator heard nothing: the rollout still waits on the canary.
-    assert_ne!(status(&lab, "cut")["phase"], "RolledBack");
+    assert_ne!(lab.tuning_status("cut")["phase"], "RolledBack");
     drop(cut);
     // Healed, the node says what happened, and the canary's failure rolls the rollout back.
-    let back = wait_phase(&lab, "cut", "RolledBack");
+    let back = lab.wait_tuning_phase("cut", "RolledBack", STEP);
     let message = back["message"].as_str().unwrap();
     assert!(
         message.contains("was not confirmed within 20s") && message.contains("api-server"),
@@ -255,7 +235,7 @@ fn a_node_cut_off_from_the_api_server_reverts_by_itself_within_confirm_timeout()
     for node in ["node-b", "node-c"] {
         assert_eq!(lab.sysctl(node, "net.core.somaxconn"), original, "{node}");
     }
-    delete(&lab, "cut");
+    lab.delete_tuning("cut");
     lab.stop().expect("the lab stops cleanly");
 }
 
@@ -305,7 +285,7 @@ fn an_agent_killed_inside_the_window_reverts_on_restart_unless_it_had_confirmed(
         "kept without a transaction"
     );
     assert_eq!(lab.sysctl("node-a", "net.core.somaxconn"), "8192");
-    wait_phase(&lab, "slow", "Complete");
-    delete(&lab, "slow");
+    lab.wait_tuning_phase("slow", "Complete", STEP);
+    lab.delete_tuning("slow");
     lab.stop().expect("the lab stops cleanly");
 }

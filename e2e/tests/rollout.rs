@@ -54,12 +54,8 @@ fn applied_revision(lab: &Lab, node: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn status(lab: &Lab, tuning: &str) -> Value {
-    lab.get_json(&["get", "networktuning", tuning])["status"].clone()
-}
-
 fn phase(lab: &Lab, tuning: &str) -> String {
-    status(lab, tuning)["phase"]
+    lab.tuning_status(tuning)["phase"]
         .as_str()
         .unwrap_or_default()
         .to_string()
@@ -67,7 +63,7 @@ fn phase(lab: &Lab, tuning: &str) -> String {
 
 /// The nodes of each wave so far.
 fn waves(lab: &Lab, tuning: &str) -> Vec<Vec<String>> {
-    status(lab, tuning)["waves"]
+    lab.tuning_status(tuning)["waves"]
         .as_array()
         .map(|ws| {
             ws.iter()
@@ -82,13 +78,6 @@ fn waves(lab: &Lab, tuning: &str) -> Vec<Vec<String>> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn wait_phase(lab: &Lab, tuning: &str, want: &str) -> Value {
-    lab.wait_for(&format!("{tuning} to be {want}"), STEP, || {
-        let s = status(lab, tuning);
-        (s["phase"] == want).then_some(s)
-    })
 }
 
 /// The revision each node's spec asks for, and its rollout phase.
@@ -188,15 +177,6 @@ fn await_processed(lab: &Lab, tuning: &str) {
     }
 }
 
-fn delete(lab: &Lab, tuning: &str) {
-    let out = lab.kubectl(&["delete", "networktuning", tuning, "--timeout=90s"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn canary_waves_pause_promote_and_an_operator_restart() {
     let lab = lab();
@@ -212,7 +192,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], rollout))
         .expect("accepted");
     let canary = lab.wait_for("the canary to apply", STEP, || {
-        let s = status(&lab, "edge");
+        let s = lab.tuning_status("edge");
         let w = &s["waves"][0];
         (w["result"] == "Applied").then_some(s)
     });
@@ -228,7 +208,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
         node_spec(&lab, "node-c"),
         (revision.clone(), "canary".into())
     );
-    let done = wait_phase(&lab, "edge", "Complete");
+    let done = lab.wait_tuning_phase("edge", "Complete", STEP);
     assert_eq!(
         waves(&lab, "edge"),
         vec![
@@ -253,11 +233,11 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     let sysctls = [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_dsack", "0")];
     lab.apply_yaml(&tuning("edge", &sysctls, paused))
         .expect("accepted");
-    let held = wait_phase(&lab, "edge", "Paused");
+    let held = lab.wait_tuning_phase("edge", "Paused", STEP);
     assert_eq!(held["message"], "rollout.paused is set");
     assert!(held["waves"].as_array().is_none_or(|w| w.is_empty()));
     await_processed(&lab, "edge");
-    let still = status(&lab, "edge");
+    let still = lab.tuning_status("edge");
     assert_eq!(still["phase"], "Paused");
     assert!(still["waves"].as_array().is_none_or(|w| w.is_empty()));
     for node in EDGE {
@@ -276,7 +256,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
         r#"{"spec":{"rollout":{"paused":false}}}"#,
     ]);
     assert!(out.status.success());
-    wait_phase(&lab, "edge", "Complete");
+    lab.wait_tuning_phase("edge", "Complete", STEP);
     for node in EDGE {
         assert_eq!(lab.sysctl(node, "net.ipv4.tcp_dsack"), "0", "{node}");
     }
@@ -291,7 +271,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     lab.apply_yaml(&tuning("edge", &with_ecn, manual))
         .expect("accepted");
     let waiting = lab.wait_for("the canary to wait for promotion", STEP, || {
-        let s = status(&lab, "edge");
+        let s = lab.tuning_status("edge");
         (s["waves"][0]["analysis"]["verdict"] == "Pending").then_some(s)
     });
     let message = waiting["waves"][0]["analysis"]["message"].as_str().unwrap();
@@ -322,7 +302,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     };
     promote("0");
     lab.wait_for("wave 1 to wait for promotion", STEP, || {
-        let s = status(&lab, "edge");
+        let s = lab.tuning_status("edge");
         (s["waves"][1]["analysis"]["verdict"] == "Pending").then_some(())
     });
     // Restarted again in the middle of wave 1.
@@ -330,11 +310,11 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
     lab.start_operator();
     promote("1");
     lab.wait_for("wave 2 to wait for promotion", STEP, || {
-        let s = status(&lab, "edge");
+        let s = lab.tuning_status("edge");
         (s["waves"][2]["analysis"]["verdict"] == "Pending").then_some(())
     });
     promote("2");
-    wait_phase(&lab, "edge", "Complete");
+    lab.wait_tuning_phase("edge", "Complete", STEP);
     let all = waves(&lab, "edge");
     let flat: Vec<&String> = all.iter().flatten().collect();
     let unique: BTreeSet<&String> = flat.iter().copied().collect();
@@ -343,7 +323,7 @@ fn canary_waves_pause_promote_and_an_operator_restart() {
         assert_eq!(lab.sysctl(node, "net.ipv4.tcp_ecn"), "1", "{node}");
     }
 
-    delete(&lab, "edge");
+    lab.delete_tuning("edge");
     for (node, original) in EDGE.iter().zip(&originals) {
         assert_eq!(lab.sysctl(node, "net.ipv4.tcp_sack"), *original, "{node}");
     }
@@ -363,7 +343,7 @@ fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
     let rollout = "    canary: 1\n    maxUnavailable: 2\n";
     lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], rollout))
         .expect("accepted");
-    let good = wait_phase(&lab, "edge", "Complete");
+    let good = lab.wait_tuning_phase("edge", "Complete", STEP);
     let stable = good["currentRevision"].as_str().unwrap().to_string();
 
     // tcp_congestion_control must name a congestion control this namespace allows.
@@ -373,7 +353,7 @@ fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
     ];
     lab.apply_yaml(&tuning("edge", &bad, rollout))
         .expect("accepted");
-    let back = wait_phase(&lab, "edge", "RolledBack");
+    let back = lab.wait_tuning_phase("edge", "RolledBack", STEP);
     let bad_revision = back["currentRevision"].as_str().unwrap().to_string();
     assert_ne!(bad_revision, stable);
     let message = back["message"].as_str().unwrap();
@@ -423,7 +403,7 @@ fn a_value_the_kernel_refuses_on_the_canary_rolls_back_and_spares_the_others() {
     // It stays rolled back until the spec changes.
     await_processed(&lab, "edge");
     assert_eq!(phase(&lab, "edge"), "RolledBack");
-    delete(&lab, "edge");
+    lab.delete_tuning("edge");
     lab.stop().expect("the lab stops cleanly");
 }
 
@@ -464,7 +444,7 @@ fn regression(lab: &Lab, canary: &str, analysis: &str) -> Value {
     let port = BASE_PORT + EDGE.iter().position(|n| *n == canary).unwrap() as u16;
     // The canary's segments are lost on the way in to node-e: 5 % of them.
     let _loss = Loss::install(lab, "node-e", lab.node_ip(canary), port, 50).expect("loss");
-    let back = wait_phase(lab, "edge", "RolledBack");
+    let back = lab.wait_tuning_phase("edge", "RolledBack", STEP);
     // Nobody but the canary was ever changed.
     for node in EDGE.iter().filter(|n| **n != canary) {
         assert!(
@@ -519,7 +499,7 @@ fn a_retransmit_regression_on_the_canary_fails_the_health_analysis() {
         .as_str()
         .unwrap()
         .starts_with("analysis failed: RetransmitRatio"));
-    delete(&lab, "edge");
+    lab.delete_tuning("edge");
     lab.stop().expect("the lab stops cleanly");
 }
 
@@ -664,7 +644,7 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
         stderr.starts_with(&format!("error: Prometheus unreachable: http://{closed}: ")),
         "{stderr}"
     );
-    delete(&lab, "edge");
+    lab.delete_tuning("edge");
     drop(prometheus);
     lab.stop().expect("the lab stops cleanly");
 }
@@ -673,7 +653,7 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
 /// analysis, that every measured value passed, and that every edge node runs the revision as
 /// the stable one; the waves' analyses.
 fn promoted(lab: &Lab, tuning: &str, want_waves: usize) -> Vec<Value> {
-    let done = wait_phase(lab, tuning, "Complete");
+    let done = lab.wait_tuning_phase(tuning, "Complete", STEP);
     let current = done["currentRevision"].as_str().unwrap().to_string();
     assert_eq!(done["stableRevision"], current.as_str(), "{done}");
     let waves = done["waves"].as_array().expect("waves").clone();
@@ -757,7 +737,7 @@ fn healthy_waves_pass_the_health_analysis_and_the_prometheus_gate() {
         assert_eq!(lab.sysctl(node, "net.ipv4.tcp_dsack"), "0", "{node}");
     }
     drop(bulk);
-    delete(&lab, "edge");
+    lab.delete_tuning("edge");
     drop(prometheus);
     lab.stop().expect("the lab stops cleanly");
 }
@@ -770,7 +750,7 @@ fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision()
     let rollout = "    canary: 1\n    maxUnavailable: 2\n    pauseAfterCanary: 6s\n";
     lab.apply_yaml(&tuning("edge", &[("net.ipv4.tcp_sack", "0")], rollout))
         .expect("accepted");
-    let stable = wait_phase(&lab, "edge", "Complete")["currentRevision"]
+    let stable = lab.wait_tuning_phase("edge", "Complete", STEP)["currentRevision"]
         .as_str()
         .unwrap()
         .to_string();
@@ -782,7 +762,7 @@ fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision()
     lab.apply_yaml(&tuning("edge", &next, rollout))
         .expect("accepted");
     lab.wait_for("the canary's pause", STEP, || {
-        (status(&lab, "edge")["waves"][0]["result"] == "Applied").then_some(())
+        (lab.tuning_status("edge")["waves"][0]["result"] == "Applied").then_some(())
     });
     // A node joins the pool while the canary is paused: it gets the stable revision.
     lab.label_node("node-e", "pool", Some("edge"));
@@ -796,7 +776,7 @@ fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision()
     assert_eq!(lab.sysctl("node-e", "net.ipv4.tcp_sack"), "0");
     assert_eq!(lab.sysctl("node-e", "net.ipv4.tcp_dsack"), "1");
 
-    let done = wait_phase(&lab, "edge", "Complete");
+    let done = lab.wait_tuning_phase("edge", "Complete", STEP);
     let current = done["currentRevision"].as_str().unwrap().to_string();
     let rolled: BTreeSet<String> = waves(&lab, "edge").into_iter().flatten().collect();
     assert!(
@@ -815,6 +795,6 @@ fn silent_agents_are_not_rolled_onto_and_joining_nodes_get_the_stable_revision()
         (applied_revision(&lab, "node-d")? == current).then_some(())
     });
     assert_eq!(lab.sysctl("node-d", "net.ipv4.tcp_dsack"), "0");
-    delete(&lab, "edge");
+    lab.delete_tuning("edge");
     lab.stop().expect("the lab stops cleanly");
 }

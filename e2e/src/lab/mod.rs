@@ -319,6 +319,34 @@ impl Lab {
         self.kubectl.get_json(args)
     }
 
+    /// The status of NetworkTuning `name` (null while it has none).
+    pub fn tuning_status(&self, name: &str) -> serde_json::Value {
+        self.get_json(&["get", "networktuning", name])["status"].clone()
+    }
+
+    /// Waits until NetworkTuning `name` shows phase `want`; its status then.
+    pub fn wait_tuning_phase(
+        &self,
+        name: &str,
+        want: &str,
+        timeout: Duration,
+    ) -> serde_json::Value {
+        self.wait_for(&format!("{name} to be {want}"), timeout, || {
+            let status = self.tuning_status(name);
+            (status["phase"] == want).then_some(status)
+        })
+    }
+
+    /// Deletes NetworkTuning `name` and waits (90 s at most) until its finalizer let it go.
+    pub fn delete_tuning(&self, name: &str) {
+        let out = self.kubectl(&["delete", "networktuning", name, "--timeout=90s"]);
+        assert!(
+            out.status.success(),
+            "deleting {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Runs kubectl as `identity`, with `stdin` as its standard input.
     pub fn kubectl_as(&self, identity: Identity, args: &[&str], stdin: Option<&str>) -> Output {
         self.kubectl
