@@ -495,6 +495,8 @@ impl Agent {
             api_server: false,
             ..checks.clone()
         };
+        // The probes of an earlier revision say nothing about this one.
+        self.probes.clear();
         let results = self.probe_round(&targets, &revision).await;
         self.window = Some((window, checks));
         if let Verdict::Revert(reason) = judge(&results) {
