@@ -123,7 +123,7 @@ pub struct NodeConfig {
     /// What the agent checks after applying this revision, and how long the revision stays
     /// provisional: unless the agent confirms it (its probes pass, and it wrote its status and
     /// read it back from the API server over a new connection) within `confirmTimeout`, it
-    /// reverts the revision by itself. Absent: the defaults (API-server probe on, 2s settle
+    /// reverts the revision by itself. Absent: the defaults (API-server probe on, 1s settle
     /// time, 60s confirm timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<Probes>,
@@ -145,7 +145,7 @@ pub struct Probes {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_gateway: Option<bool>,
     /// How long after the transaction the probes run again before the revision is confirmed
-    /// (default 2s).
+    /// (default 1s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
     pub settle_time: Option<String>,

@@ -244,7 +244,7 @@ fn an_agent_killed_inside_the_window_reverts_on_restart_unless_it_had_confirmed(
     let lab = lab();
     let applied = r#"hoststack_agent_transactions_total{result="applied"}"#;
     // A long settle time: the kill lands inside the window.
-    let probes = "  probes:\n    settleTime: 15s\n    confirmTimeout: 60s\n";
+    let probes = "  probes:\n    settleTime: 6s\n    confirmTimeout: 60s\n";
     lab.apply_yaml(&tuning("slow", probes)).expect("accepted");
     lab.wait_for("node-a's revision to be provisional", STEP, || {
         let s = node_status(&lab, "node-a");

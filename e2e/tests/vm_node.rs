@@ -74,7 +74,8 @@ fn tuning_status(lab: &Lab) -> Option<serde_json::Value> {
     observed.then(|| object["status"].clone())
 }
 
-/// Waits until the node has applied the tuning's newest revision; the NodeTuning status.
+/// Waits until the node has applied the tuning's newest revision and confirmed it; the NodeTuning
+/// status.
 fn await_applied(lab: &Lab) -> serde_json::Value {
     lab.wait_for_guest(
         NODE,
@@ -84,11 +85,13 @@ fn await_applied(lab: &Lab) -> serde_json::Value {
             let revision = tuning_status(lab)?["currentRevision"].clone();
             let object = nodetuning(lab);
             let status = &object["status"];
+            // Applied and confirmed (no longer provisional), as the operator counts it.
             (revision.is_string()
                 && object["spec"]["revision"] == revision
                 && status["observedRevision"] == revision
-                && status["state"] == "Applied")
-                .then(|| status.clone())
+                && status["state"] == "Applied"
+                && status["confirmation"].is_null())
+            .then(|| status.clone())
         },
     )
 }

@@ -23,7 +23,7 @@ use crate::duration::parse_duration;
 pub const API_SERVER_PROBE: &str = "api-server";
 
 /// Default wait after the transaction before the probes that confirm it.
-pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
 /// Default time one probe is retried before it fails.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time a revision may stay unconfirmed.
@@ -396,11 +396,11 @@ mod tests {
     fn a_window_settles_probes_retries_and_expires() {
         let checks = Checks::of(None).unwrap().unwrap();
         let mut w = Window::open("r2", &checks, 1_000_000);
-        assert_eq!(w.step(1_000_000), Step::Wait(Duration::from_secs(2)));
-        assert_eq!(w.step(1_002_000), Step::Probe);
-        w.retry(1_002_000, "probe api-server failed: timed out".into());
-        assert_eq!(w.step(1_003_000), Step::Wait(Duration::from_secs(1)));
-        assert_eq!(w.step(1_004_000), Step::Probe);
+        assert_eq!(w.step(1_000_000), Step::Wait(Duration::from_secs(1)));
+        assert_eq!(w.step(1_001_000), Step::Probe);
+        w.retry(1_001_000, "probe api-server failed: timed out".into());
+        assert_eq!(w.step(1_002_000), Step::Wait(Duration::from_secs(1)));
+        assert_eq!(w.step(1_003_000), Step::Probe);
         let Step::Expire(why) = w.step(1_060_000) else {
             panic!("expired")
         };
