@@ -3,7 +3,9 @@
 //! 1. no host write for a revision on a node after that node reported it Failed or Reverted,
 //!    unless the operator assigned it again under a newer generation;
 //! 2. never more nodes in flight off the stable revision than maxUnavailable (the canary
-//!    included; a move back onto the stable revision or off the tuning is not counted);
+//!    included; a move back onto the stable revision or off the tuning is not counted, nor a
+//!    node assigned the revision it already had: a new rollout keeps nodes outside its waves on
+//!    what they run, an earlier revision among others);
 //! 3. after a rollback no node on the rolled-back revision and that revision never assigned
 //!    again; after a delete every host equal to its baseline at each quiet point;
 //! 4. every node at every quiet point entirely on one revision or entirely at its baseline;
@@ -194,10 +196,16 @@ impl Walk {
                 format!("{node} assigned {r} after it was rolled back"),
             );
         }
-        self.assigned
-            .insert(node.clone(), (revision.clone(), generation));
+        let previous = self
+            .assigned
+            .insert(node.clone(), (revision.clone(), generation))
+            .map(|(r, _)| r);
         if revision.is_some() && *revision != self.stable {
-            self.in_flight.insert(node.clone(), generation);
+            // The same revision again (a new phase, a health request, a node another rollout
+            // keeps where it is) moves nothing: the node stays in flight or not, as it was.
+            if previous.as_ref() != Some(revision) {
+                self.in_flight.insert(node.clone(), generation);
+            }
         } else {
             self.in_flight.remove(node);
         }
@@ -428,6 +436,14 @@ mod tests {
         });
         h.push(assigned("n1", Some("a"), 3));
         h.push(assigned("n2", Some("a"), 3));
+        assert!(broken(&h).is_empty(), "{:?}", check(&h));
+        // A new rollout keeps n1 on the earlier revision b (its spec rewritten, the revision
+        // the same) while its canary n2 moves: one node in flight, not two.
+        let mut h = setup();
+        h.push(assigned("n1", Some("b"), 1));
+        h.push(reported("n1", "b", 1, Outcome::Applied));
+        h.push(assigned("n1", Some("b"), 2));
+        h.push(assigned("n2", Some("c"), 2));
         assert!(broken(&h).is_empty(), "{:?}", check(&h));
     }
 
