@@ -536,9 +536,7 @@ impl Agent {
             match window.step(unix_millis()) {
                 Step::Wait(_) => {}
                 Step::Expire(reason) => {
-                    let outcome = self.self_revert(&intent, &spec, reason, true).await;
-                    self.report(&intent, &outcome).await;
-                    self.last = Some((intent, outcome));
+                    self.revert_and_report(intent, &spec, reason, true).await;
                 }
                 Step::Probe => {
                     // The round (the status write it needs, then the probes) ends by the
@@ -561,9 +559,7 @@ impl Agent {
                             .step(cut_short.deadline)
                             .expired()
                             .unwrap_or_default();
-                        let outcome = self.self_revert(&intent, &spec, reason, true).await;
-                        self.report(&intent, &outcome).await;
-                        self.last = Some((intent, outcome));
+                        self.revert_and_report(intent, &spec, reason, true).await;
                         return;
                     };
                     match judge(&results) {
@@ -581,9 +577,7 @@ impl Agent {
                             }
                         },
                         Verdict::Revert(reason) => {
-                            let outcome = self.self_revert(&intent, &spec, reason, false).await;
-                            self.report(&intent, &outcome).await;
-                            self.last = Some((intent, outcome));
+                            self.revert_and_report(intent, &spec, reason, false).await;
                         }
                         Verdict::Retry(reason) => {
                             tracing::warn!(%reason, "not confirmed yet; probing again");
@@ -595,6 +589,20 @@ impl Agent {
         }
         .instrument(span)
         .await
+    }
+
+    /// [`Agent::self_revert`] from the window, then reports it and remembers it as the last
+    /// outcome.
+    async fn revert_and_report(
+        &mut self,
+        intent: Intent,
+        spec: &SpecGeneration,
+        reason: String,
+        unconfirmed: bool,
+    ) {
+        let outcome = self.self_revert(&intent, spec, reason, unconfirmed).await;
+        self.report(&intent, &outcome).await;
+        self.last = Some((intent, outcome));
     }
 
     /// Records a round that did not confirm the window's revision.

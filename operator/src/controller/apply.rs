@@ -84,7 +84,11 @@ impl<'a> Apply<'a> {
     /// The revisions the history must keep besides the current one: the stable one, and every
     /// other a node runs now or may return to (of this tuning or, as a copy, of another).
     pub fn kept(&self) -> Vec<String> {
-        let held = self.views().into_iter().map(|v| v.holding);
+        // What the governed nodes' specs hold (without the rest of their planner views).
+        let held = self.mine.governed.iter().filter_map(|n| {
+            let nt = self.snap.node_tunings.get(n)?;
+            Some(holding(&self.name, &nt.spec))
+        });
         // A complete rollout returns no node anywhere.
         let live = self.restored.state != State::Complete;
         let origins = self
