@@ -49,7 +49,7 @@ use crate::latest::{Latest, Road};
 use crate::probe;
 use crate::reconciler::{Next, Reconciler};
 use crate::report::{self, StatusInput};
-use crate::transaction::{Outcome, Transactor};
+use crate::transaction::{Outcome, SelfRevert, Transactor};
 use crate::{Error, Result};
 
 /// How soon a failed status write is retried.
@@ -478,7 +478,9 @@ impl Agent {
             }
             Err(e) => {
                 let reason = e.to_string();
-                return self.self_revert(intent, spec, reason, false).await;
+                return self
+                    .self_revert(intent, spec, reason, SelfRevert::ProbeFailed)
+                    .await;
             }
         };
         let window = Window::open(&revision, &checks, unix_millis());
@@ -500,7 +502,9 @@ impl Agent {
         let results = self.probe_round(&targets, &revision).await;
         self.window = Some((window, checks));
         if let Verdict::Revert(reason) = judge(&results) {
-            return self.self_revert(intent, spec, reason, false).await;
+            return self
+                .self_revert(intent, spec, reason, SelfRevert::ProbeFailed)
+                .await;
         }
         outcome
     }
@@ -536,7 +540,7 @@ impl Agent {
             match window.step(unix_millis()) {
                 Step::Wait(_) => {}
                 Step::Expire(reason) => {
-                    self.revert_and_report(intent, &spec, reason, true).await;
+                    self.revert_and_report(intent, &spec, reason, SelfRevert::Unconfirmed).await;
                 }
                 Step::Probe => {
                     // The round (the status write it needs, then the probes) ends by the
@@ -559,7 +563,7 @@ impl Agent {
                             .step(cut_short.deadline)
                             .expired()
                             .unwrap_or_default();
-                        self.revert_and_report(intent, &spec, reason, true).await;
+                        self.revert_and_report(intent, &spec, reason, SelfRevert::Unconfirmed).await;
                         return;
                     };
                     match judge(&results) {
@@ -577,7 +581,7 @@ impl Agent {
                             }
                         },
                         Verdict::Revert(reason) => {
-                            self.revert_and_report(intent, &spec, reason, false).await;
+                            self.revert_and_report(intent, &spec, reason, SelfRevert::ProbeFailed).await;
                         }
                         Verdict::Retry(reason) => {
                             tracing::warn!(%reason, "not confirmed yet; probing again");
@@ -598,9 +602,9 @@ impl Agent {
         intent: Intent,
         spec: &SpecGeneration,
         reason: String,
-        unconfirmed: bool,
+        cause: SelfRevert,
     ) {
-        let outcome = self.self_revert(&intent, spec, reason, unconfirmed).await;
+        let outcome = self.self_revert(&intent, spec, reason, cause).await;
         self.report(&intent, &outcome).await;
         self.last = Some((intent, outcome));
     }
@@ -638,23 +642,22 @@ impl Agent {
         results
     }
 
-    /// Reverts the provisional revision of `intent` by itself, for `reason`; `unconfirmed` when
-    /// its deadline passed (else a probe failed). The outcome reports it (once the API server
+    /// Reverts the provisional revision of `intent` by itself, for `reason` and `cause`. The outcome reports it (once the API server
     /// can be reached: a failed write is retried, and every reconcile reports it again).
     async fn self_revert(
         &mut self,
         intent: &Intent,
         spec: &SpecGeneration,
         reason: String,
-        unconfirmed: bool,
+        cause: SelfRevert,
     ) -> Outcome {
         tracing::error!(%reason, "reverting the revision by itself");
-        let outcome = block_in_place(|| self.reconciler.abandon(intent, spec, reason));
+        let outcome = block_in_place(|| self.reconciler.abandon(intent, spec, reason, cause));
         self.retry_soon |= self.reconciler.retry_soon();
         self.window = None;
         self.metrics
             .work
-            .self_revert(intent.tuning().unwrap_or_default(), unconfirmed);
+            .self_revert(intent.tuning().unwrap_or_default(), cause);
         self.metrics.work.applied(outcome.applied.as_ref());
         self.follow_dataplane(dataplane::after_transaction(intent, outcome.state));
         outcome

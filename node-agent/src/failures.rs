@@ -161,6 +161,7 @@ mod tests {
             items: Vec::new(),
             message: Some("net.ipv4.tcp_sack: refused".into()),
             applied: None,
+            self_revert: None,
         }
     }
 

@@ -133,6 +133,7 @@ mod tests {
                 tuning: "edge".into(),
                 revision: "r1".into(),
             }),
+            self_revert: None,
         };
         let a = answer("p1", "r2", Ok(outcome), "2026-11-30T04:00:00Z");
         assert_eq!(

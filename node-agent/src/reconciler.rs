@@ -25,7 +25,7 @@ use crate::failures::{Failures, SpecGeneration};
 use crate::hooks::Hooks;
 use crate::intent::Intent;
 use crate::model::{Kind, Reading};
-use crate::transaction::{Goal, Outcome, Prepared, Progress, Readings, Transactor};
+use crate::transaction::{Goal, Outcome, Prepared, Progress, Readings, SelfRevert, Transactor};
 use crate::{Error, Result};
 
 /// What to do next for an intent.
@@ -164,10 +164,16 @@ impl Reconciler {
         self.transactor.confirm(&mut self.observer())
     }
 
-    /// Reverts the provisional revision of `intent` by itself, for `reason` (a probe failed,
+    /// Reverts the provisional revision of `intent` by itself, for `reason` and `cause` (a probe failed,
     /// the confirmation did not come in time): the host goes back to what it was before, and
     /// the revision counts as failed for this assignment, like one whose transaction failed.
-    pub fn abandon(&mut self, intent: &Intent, spec: &SpecGeneration, reason: String) -> Outcome {
+    pub fn abandon(
+        &mut self,
+        intent: &Intent,
+        spec: &SpecGeneration,
+        reason: String,
+        cause: SelfRevert,
+    ) -> Outcome {
         let mut observe = self.observer();
         let (mut outcome, reverted) = match self.transactor.abandon(&mut observe) {
             Ok(_) => {
@@ -183,6 +189,7 @@ impl Reconciler {
                     items,
                     message: Some(reason),
                     applied: journal.ok().and_then(|j| j.applied),
+                    self_revert: Some(cause),
                 };
                 (outcome, true)
             }
@@ -343,6 +350,7 @@ impl Reconciler {
             items: Vec::new(),
             message: Some(format!("agent error: {error}")),
             applied: self.transactor.journal().ok().and_then(|j| j.applied),
+            self_revert: None,
         }
     }
 
@@ -429,6 +437,7 @@ fn not_supported(preview: Outcome, blockers: Vec<ItemResult>) -> Outcome {
         items,
         message: Some(reasons.join("; ")),
         applied: preview.applied,
+        self_revert: None,
     }
 }
 

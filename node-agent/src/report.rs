@@ -87,10 +87,10 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
             applied_msg,
         ),
         if o.state == NodeState::Failed {
-            let reason = if not_supported {
-                "NotSupported"
-            } else {
-                "TransactionFailed"
+            let reason = match o.self_revert {
+                Some(cause) => cause.condition_reason(),
+                None if not_supported => "NotSupported",
+                None => "TransactionFailed",
             };
             condition(
                 input,
@@ -178,6 +178,7 @@ mod tests {
 
     use super::*;
     use crate::journal::Applied;
+    use crate::transaction::SelfRevert;
 
     fn at(secs: i64) -> Time {
         Time(Timestamp::from_second(secs).expect("time"))
@@ -200,6 +201,7 @@ mod tests {
                 tuning: "edge".into(),
                 revision: "r1".into(),
             }),
+            self_revert: None,
         }
     }
 
@@ -263,6 +265,39 @@ mod tests {
         assert_eq!(cond(&third, REVERTED).last_transition_time, at(100));
         assert_eq!(third.message.as_deref(), Some("sysctl x: nope"));
         assert_eq!(third.observed_revision.as_deref(), Some("r2"));
+    }
+
+    #[test]
+    fn a_revision_the_agent_reverted_by_itself_is_degraded_with_the_cause() {
+        for (cause, reason) in [
+            (SelfRevert::ProbeFailed, "ProbeFailed"),
+            (SelfRevert::Unconfirmed, "Unconfirmed"),
+        ] {
+            let reverted = Outcome {
+                self_revert: Some(cause),
+                ..outcome(
+                    NodeState::Failed,
+                    Some("probe peer (198.18.1.13:5300): refused"),
+                )
+            };
+            let s = status(&StatusInput {
+                outcome: &reverted,
+                observed_revision: Some("r2"),
+                drifted: &[],
+                facts: None,
+                health: None,
+                previous: None,
+                generation: Some(4),
+                now: at(300),
+            });
+            assert_eq!(s.state, Some(NodeState::Failed));
+            let degraded = cond(&s, DEGRADED);
+            assert_eq!(
+                (degraded.status.as_str(), degraded.reason.as_str()),
+                ("True", reason)
+            );
+            assert_eq!(degraded.message, "probe peer (198.18.1.13:5300): refused");
+        }
     }
 
     #[test]

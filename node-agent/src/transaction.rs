@@ -177,6 +177,36 @@ pub struct Outcome {
     pub message: Option<String>,
     /// The revision the host is on afterwards.
     pub applied: Option<Applied>,
+    /// Set when the agent reverted a provisional revision by itself, and why.
+    pub self_revert: Option<SelfRevert>,
+}
+
+/// Why the agent reverted a provisional revision by itself (docs/agent.md, "Post-apply probes
+/// and the dead-man revert").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelfRevert {
+    /// A probe target (or the default gateway) failed.
+    ProbeFailed,
+    /// The revision was not confirmed within `confirmTimeout`.
+    Unconfirmed,
+}
+
+impl SelfRevert {
+    /// The reason of the node's Degraded condition.
+    pub fn condition_reason(self) -> &'static str {
+        match self {
+            SelfRevert::ProbeFailed => "ProbeFailed",
+            SelfRevert::Unconfirmed => "Unconfirmed",
+        }
+    }
+
+    /// The `reason` label of `hoststack_agent_self_reverts_total`.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            SelfRevert::ProbeFailed => "probe",
+            SelfRevert::Unconfirmed => "unconfirmed",
+        }
+    }
 }
 
 /// The host and journal as read before a transaction, and the plan made from them.
@@ -214,6 +244,7 @@ impl Prepared {
             items,
             message: None,
             applied: self.journal.applied.clone(),
+            self_revert: None,
         }
     }
 
@@ -239,6 +270,7 @@ impl Prepared {
             items,
             message: failure_message(&self.plan.failures).map(|m| format!("would fail: {m}")),
             applied: self.journal.applied.clone(),
+            self_revert: None,
         }
     }
 }
@@ -388,6 +420,7 @@ impl Transactor {
                 items: results(items),
                 message: Some(message),
                 applied: journal.applied,
+                self_revert: None,
             });
         }
 
@@ -485,6 +518,7 @@ impl Transactor {
             items: results(items),
             message: None,
             applied: journal.applied,
+            self_revert: None,
         })
     }
 
@@ -529,6 +563,7 @@ impl Transactor {
             items: results(items),
             message: Some(message),
             applied: journal.applied,
+            self_revert: None,
         })
     }
 

@@ -115,6 +115,17 @@ impl Lab {
         self.index
     }
 
+    /// The lab's bridge in the root namespace (`hs<k>br`, 198.18.k.1), which joins every node's
+    /// eth0 and where the API server listens.
+    pub fn bridge_device(&self) -> String {
+        network::bridge_name(self.index)
+    }
+
+    /// The root-side veth of `node`'s eth0 (`hs<k>n<i>`), a port of the bridge.
+    pub fn uplink_peer(&self, node: &str) -> &str {
+        &self.nodes.get(node).uplink_peer
+    }
+
     /// The lab directory: logs/, pki/, etcd/, nodes/<node>/state/, the kubeconfigs.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -19,6 +19,8 @@ pub(crate) struct Node {
     pub netns: String,
     /// Its eth0 address, 198.18.k.(10+i).
     pub ip: Ipv4Addr,
+    /// The root-side veth of its eth0, `hs<k>n<i>`, a port of the lab bridge.
+    pub uplink_peer: String,
     /// The agent's state directory on the host, `<lab dir>/nodes/<node>/state` (a VM node's is
     /// in its share, `<lab dir>/nodes/<node>/vm/state`).
     pub state_dir: PathBuf,
@@ -56,6 +58,7 @@ impl Nodes {
                 spec: spec.clone(),
                 netns: network::netns_name(index, &spec.name),
                 ip: network::node_ip(index, i),
+                uplink_peer: network::veth_name(index, i),
                 state_dir: state_dir(&lab_dir.join("nodes").join(&spec.name), spec.kind),
             })
             .collect();

@@ -14,6 +14,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::journal::Applied;
+use crate::transaction::SelfRevert;
 
 /// The label of `hoststack_agent_transactions_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -148,21 +149,20 @@ impl AgentWork {
     /// Shows the self-revert counters of `tuning` (at 0 until one happens), once it has a
     /// provisional revision.
     pub fn provisional(&self, tuning: &str) {
-        for reason in ["probe", "unconfirmed"] {
+        for cause in [SelfRevert::ProbeFailed, SelfRevert::Unconfirmed] {
             drop(self.self_reverts.get_or_create(&SelfRevertLabels {
                 tuning: tuning.to_string(),
-                reason,
+                reason: cause.metric_label(),
             }));
         }
     }
 
-    /// Counts a provisional revision of `tuning` the agent reverted by itself; `unconfirmed`
-    /// when its deadline passed, else a probe target failed.
-    pub fn self_revert(&self, tuning: &str, unconfirmed: bool) {
+    /// Counts a provisional revision of `tuning` the agent reverted by itself, for `cause`.
+    pub fn self_revert(&self, tuning: &str, cause: SelfRevert) {
         self.self_reverts
             .get_or_create(&SelfRevertLabels {
                 tuning: tuning.to_string(),
-                reason: if unconfirmed { "unconfirmed" } else { "probe" },
+                reason: cause.metric_label(),
             })
             .inc();
     }
