@@ -2,8 +2,8 @@
 //! sysctls and real nftables in network namespaces: the post-apply probes (a TCP target in
 //! another node's namespace, the API server read back over a new connection) and the dead-man
 //! confirmation, which reverts a revision the agent cannot confirm within `confirmTimeout`,
-//! also across a SIGKILL inside the window, and when hoststack's own change (an MTU the node's
-//! switch port cannot carry) is what cut the node off.
+//! also across a SIGKILL inside the window, and when hoststack's own change (an MTU, or an
+//! advertised MSS, that the node's switch port cannot carry) is what cut the node off.
 //!
 //! Each test starts its own lab of four nodes: node-a..node-c in pool=edge (node-a labelled the
 //! canary) and node-d in pool=core, where a TCP service listens for the probes.
@@ -25,7 +25,12 @@ const EDGE: [&str; 3] = ["node-a", "node-b", "node-c"];
 const SERVICE_PORT: u16 = 5300;
 
 fn lab() -> Lab {
-    let lab = Lab::start(LabConfig::with_nodes(4)).expect("lab starts");
+    lab_of(LabConfig::with_nodes(4))
+}
+
+/// A lab of `config` with node-a labelled the canary.
+fn lab_of(config: LabConfig) -> Lab {
+    let lab = Lab::start(config).expect("lab starts");
     lab.label_node("node-a", "hoststack.dev/canary", Some("true"));
     lab
 }
@@ -279,18 +284,12 @@ fn a_node_cut_off_from_the_api_server_reverts_by_itself_within_confirm_timeout()
     lab.stop().expect("the lab stops cleanly");
 }
 
-#[test]
-fn an_mtu_the_path_cannot_carry_cuts_the_node_off_and_it_reverts_by_itself() {
-    let mut config = LabConfig::with_nodes(4);
-    config.record_writes = true;
-    let lab = Lab::start(config).expect("lab starts");
-    lab.label_node("node-a", "hoststack.dev/canary", Some("true"));
-    // The network beyond the node carries jumbo frames (the bridge, where the API server
-    // sends from), but the node's own switch port (the root side of its veth) carries 1500
-    // bytes and drops larger frames without an ICMP error: once the node raises its MTU, both
-    // ends of its TCP connections send segments the port cannot carry, a black hole for
-    // path-MTU discovery. node-a's agent starts again after the bridge is raised, so that its
-    // connections are made on the jumbo path (the API server advertises a 8960-byte MSS).
+/// A lab (of `config`, node-a the canary) whose network beyond the nodes carries jumbo frames
+/// (the bridge, where the API server sends from), while each node's own switch port (the root
+/// side of its veth) carries 1500 bytes and drops larger frames without an ICMP error, as a
+/// switch port left at 1500 on a jumbo network does: a black hole for path-MTU discovery.
+fn jumbo_beyond_the_nodes(config: LabConfig) -> Lab {
+    let lab = lab_of(config);
     let bridge = lab.bridge_device();
     let out = std::process::Command::new("ip")
         .args(["link", "set", &bridge, "mtu", "9000"])
@@ -301,6 +300,58 @@ fn an_mtu_the_path_cannot_carry_cuts_the_node_off_and_it_reverts_by_itself() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    lab
+}
+
+#[test]
+fn a_sysctl_that_advertises_an_mss_the_path_cannot_carry_reverts_by_itself() {
+    let lab = jumbo_beyond_the_nodes(LabConfig::with_nodes(4));
+    let key = "net.ipv4.route.min_adv_mss";
+    let original = lab.sysctl("node-a", key);
+    // A minimum advertised MSS of 8960 (meant for jumbo frames) on a node whose own link
+    // carries 1500: the API server sends the node's new connections segments its port drops,
+    // so the probe's read-back gets no answer. The agent's own connections, made before, keep
+    // their MSS and still carry its status: the operator sees it waiting to be confirmed.
+    let mss = format!("    {key}: \"8960\"\n  probes:\n    confirmTimeout: 20s\n");
+    lab.apply_yaml(&tuning("mss", &mss)).expect("accepted");
+    lab.wait_for("node-a to take the sysctl", STEP, || {
+        (lab.sysctl("node-a", key) == "8960").then_some(())
+    });
+    lab.wait_for("node-a to revert it by itself", STEP, || {
+        (lab.sysctl("node-a", key) == original).then_some(())
+    });
+    let back = lab.wait_tuning_phase("mss", "RolledBack", STEP);
+    let message = back["message"].as_str().unwrap();
+    eprintln!("{message}");
+    assert!(
+        message.contains("node-a failed to apply")
+            && message.contains("was not confirmed within 20s")
+            && message.contains("probe api-server"),
+        "{message}"
+    );
+    assert_eq!(
+        counter(
+            &lab,
+            "node-a",
+            r#"hoststack_agent_self_reverts_total{tuning="mss",reason="unconfirmed"}"#
+        ),
+        1
+    );
+    for node in ["node-b", "node-c"] {
+        assert_eq!(lab.sysctl(node, key), original, "{node} never changed");
+    }
+    lab.delete_tuning("mss");
+    lab.stop().expect("the lab stops cleanly");
+}
+
+#[test]
+fn an_mtu_the_path_cannot_carry_cuts_the_node_off_and_it_reverts_by_itself() {
+    let mut config = LabConfig::with_nodes(4);
+    config.record_writes = true;
+    let lab = jumbo_beyond_the_nodes(config);
+    // node-a's agent starts again, so that its connections are made on the jumbo path (the API
+    // server advertises a 8960-byte MSS): once the node raises its MTU, both ends of them send
+    // segments its port cannot carry.
     lab.kill_agent("node-a", Signal::Term);
     lab.start_agent("node-a", &[]);
     assert_eq!(mtu(&lab, None, lab.uplink_peer("node-a")), "1500");
