@@ -84,6 +84,8 @@ pub struct LabConfig {
     /// Process nodes' agents log every host write and journal save ([`crate::Lab::write_log`]),
     /// for the fault harness.
     pub record_writes: bool,
+    /// Extra flags for kube-apiserver (e.g. the inflight limits of a large cluster).
+    pub apiserver_args: Vec<String>,
 }
 
 impl LabConfig {
@@ -104,6 +106,7 @@ impl LabConfig {
             agent_args: Vec::new(),
             agent_image: "ghcr.io/hoststack/hoststack:dev".to_string(),
             record_writes: false,
+            apiserver_args: Vec::new(),
         }
     }
 

@@ -23,6 +23,7 @@ pub mod faults;
 mod lab;
 mod process;
 pub mod prometheus;
+pub mod scale;
 pub mod traffic;
 pub mod vm;
 

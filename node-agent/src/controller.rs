@@ -65,93 +65,157 @@ fn unix_millis() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Runs the agent until SIGTERM or SIGINT: recovers an interrupted transaction, then watches the
-/// node's NodeTuning and reconciles. Needs a multi-threaded tokio runtime.
+/// Runs the agent until SIGTERM or SIGINT: serves /metrics, recovers an interrupted
+/// transaction, then watches the node's NodeTuning and reconciles. Needs a multi-threaded
+/// tokio runtime.
 pub async fn run(config: Config) -> Result<()> {
-    let host = Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
-    let transactor = Transactor::new(host.clone(), JournalStore::new(&config.state_dir));
-    let mut reconciler = Reconciler::new(transactor, config.hooks());
-    let dataplane = Supervisor::new(
-        &config.userstack_binary(),
-        &config.state_dir,
-        Backoff::default(),
-        host,
-    );
-    let metrics = Arc::new(
-        Exporter::with_userstack_stats(&config.proc_root, Some(&dataplane.stats_path()))
-            .with_xdp_drops(&config.bpffs_root),
-    );
+    let mut node = NodeAgent::new(config.clone());
     let addr = config.metrics_bind_address;
-    let bound = crate::exporter::serve(addr, metrics.clone())
+    let bound = crate::exporter::serve(addr, node.metrics())
         .await
         .map_err(|source| Error::Metrics { addr, source })?;
     tracing::info!(address = %bound, "serving /metrics");
     // Recovery needs no API server: put the host back in one piece first.
-    let recover = tracing::info_span!("recover", node = %config.node_name);
-    match recover.in_scope(|| block_in_place(|| reconciler.recover())) {
-        Ok(true) => {
-            recover.in_scope(|| tracing::info!("undid an interrupted transaction from the journal"))
-        }
-        Ok(false) => {}
-        Err(e @ Error::JournalCorrupt { .. }) => return Err(e),
-        Err(e) => recover.in_scope(
-            || tracing::error!(error = %e, "recovery failed; retrying on every reconcile"),
-        ),
-    }
-
+    node.recover()?;
     let kube_config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
-    let url = &kube_config.cluster_url;
-    let api_server = resolve(url.host().unwrap_or(""), url.port_u16().unwrap_or(443)).await;
-    tracing::info!(?api_server, "the route to this address is never bound away");
-    reconciler.set_api_server(api_server);
     let client = Client::try_from(kube_config.clone())?;
-    tokio::spawn(crate::heartbeat::run(
-        client.clone(),
-        config.namespace.clone(),
-        config.node_name.clone(),
-        config.heartbeat_interval,
-    ));
-    let api: Api<NodeTuning> = Api::all(client);
-    let mut agent = Agent::new(api.clone(), config.clone(), reconciler, metrics, dataplane);
-    agent.kube_config = Some(kube_config);
-
-    let selector = format!("metadata.name={}", config.node_name);
-    let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
-        .default_backoff()
-        .boxed();
-    let mut resync = tokio::time::interval(config.resync_interval);
-    resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut sigterm = signal(SignalKind::terminate()).map_err(Error::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
-    tracing::info!(node = %config.node_name, "watching NodeTuning");
-
-    loop {
-        let health_deadline = agent.sampler.deadline().map(Instant::from_std);
-        let confirmation_due = agent.confirmation_due();
+    let shutdown = async move {
         tokio::select! {
-            _ = sigterm.recv() => { tracing::info!("SIGTERM: exiting"); break; }
-            _ = sigint.recv() => { tracing::info!("SIGINT: exiting"); break; }
-            event = events.next() => match event {
-                Some(Ok(event)) => agent.on_event(event).await,
-                Some(Err(e)) => tracing::warn!(error = %e, "watching NodeTuning"),
-                None => {
-                    tracing::error!("the watch ended");
-                    break;
-                }
-            },
-            _ = resync.tick(), if agent.listed => agent.reconcile().await,
-            _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
-                if health_deadline.is_some() => agent.end_health_window().await,
-            _ = tokio::time::sleep_until(confirmation_due.unwrap_or_else(Instant::now)),
-                if confirmation_due.is_some() => agent.confirmation_step().await,
+            _ = sigterm.recv() => tracing::info!("SIGTERM: exiting"),
+            _ = sigint.recv() => tracing::info!("SIGINT: exiting"),
         }
-        if std::mem::take(&mut agent.retry_soon) {
-            resync.reset_at(Instant::now() + STATUS_RETRY);
+    };
+    node.run(client, Some(kube_config), shutdown).await
+}
+
+/// One node's agent: its host, journal, reconciler, user-space stack supervisor and metrics.
+/// The `hoststack-agent` binary runs one; the lab's fleet (`hoststack-fleet`) runs many in one
+/// process, sharing their clients' connections.
+pub struct NodeAgent {
+    config: Config,
+    reconciler: Reconciler,
+    dataplane: Supervisor,
+    metrics: Arc<Exporter>,
+}
+
+impl NodeAgent {
+    /// The agent of `config.node_name` on the host under `config`'s roots; touches nothing yet.
+    pub fn new(config: Config) -> NodeAgent {
+        let host =
+            Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
+        let transactor = Transactor::new(host.clone(), JournalStore::new(&config.state_dir));
+        let reconciler = Reconciler::new(transactor, config.hooks());
+        let dataplane = Supervisor::new(
+            &config.userstack_binary(),
+            &config.state_dir,
+            Backoff::default(),
+            host,
+        );
+        let metrics = Arc::new(
+            Exporter::with_userstack_stats(&config.proc_root, Some(&dataplane.stats_path()))
+                .with_xdp_drops(&config.bpffs_root),
+        );
+        NodeAgent {
+            config,
+            reconciler,
+            dataplane,
+            metrics,
         }
     }
-    Ok(())
+
+    /// The registry its /metrics would serve.
+    pub fn metrics(&self) -> Arc<Exporter> {
+        self.metrics.clone()
+    }
+
+    /// Undoes a transaction the journal says was interrupted (and a revision never confirmed).
+    /// A corrupt journal is an error; any other failure is logged and retried on every
+    /// reconcile.
+    pub fn recover(&mut self) -> Result<()> {
+        let recover = tracing::info_span!("recover", node = %self.config.node_name);
+        match recover.in_scope(|| block_in_place(|| self.reconciler.recover())) {
+            Ok(true) => recover
+                .in_scope(|| tracing::info!("undid an interrupted transaction from the journal")),
+            Ok(false) => {}
+            Err(e @ Error::JournalCorrupt { .. }) => return Err(e),
+            Err(e) => recover.in_scope(
+                || tracing::error!(error = %e, "recovery failed; retrying on every reconcile"),
+            ),
+        }
+        Ok(())
+    }
+
+    /// Renews the node's heartbeat, watches its NodeTuning and reconciles with `client` until
+    /// `shutdown` completes (between reconciles) or the watch ends. `kube_config` is what the
+    /// API-server probe makes its new connections from (`None`: no post-apply probes).
+    pub async fn run(
+        mut self,
+        client: Client,
+        kube_config: Option<kube::Config>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<()> {
+        let config = self.config.clone();
+        if let Some(kube_config) = &kube_config {
+            let url = &kube_config.cluster_url;
+            let api_server = resolve(url.host().unwrap_or(""), url.port_u16().unwrap_or(443)).await;
+            tracing::info!(?api_server, "the route to this address is never bound away");
+            self.reconciler.set_api_server(api_server);
+        }
+        let heartbeat = tokio::spawn(crate::heartbeat::run(
+            client.clone(),
+            config.namespace.clone(),
+            config.node_name.clone(),
+            config.heartbeat_interval,
+        ));
+        let api: Api<NodeTuning> = Api::all(client);
+        let mut agent = Agent::new(
+            api.clone(),
+            config.clone(),
+            self.reconciler,
+            self.metrics,
+            self.dataplane,
+        );
+        agent.kube_config = kube_config;
+
+        let selector = format!("metadata.name={}", config.node_name);
+        let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
+            .default_backoff()
+            .boxed();
+        let mut resync = tokio::time::interval(config.resync_interval);
+        resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        tracing::info!(node = %config.node_name, "watching NodeTuning");
+
+        loop {
+            let health_deadline = agent.sampler.deadline().map(Instant::from_std);
+            let confirmation_due = agent.confirmation_due();
+            tokio::select! {
+                () = &mut shutdown => break,
+                event = events.next() => match event {
+                    Some(Ok(event)) => agent.on_event(event).await,
+                    Some(Err(e)) => tracing::warn!(error = %e, "watching NodeTuning"),
+                    None => {
+                        tracing::error!("the watch ended");
+                        break;
+                    }
+                },
+                _ = resync.tick(), if agent.listed => agent.reconcile().await,
+                _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
+                    if health_deadline.is_some() => agent.end_health_window().await,
+                _ = tokio::time::sleep_until(confirmation_due.unwrap_or_else(Instant::now)),
+                    if confirmation_due.is_some() => agent.confirmation_step().await,
+            }
+            if std::mem::take(&mut agent.retry_soon) {
+                resync.reset_at(Instant::now() + STATUS_RETRY);
+            }
+        }
+        heartbeat.abort();
+        Ok(())
+    }
 }
 
 /// The watch loop's state.

@@ -40,6 +40,13 @@ pub struct NodeCountLabels {
     pub state: &'static str,
 }
 
+/// Labels of the watch-event counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// The watched resource: nodes, nodetunings, leases or networktunings.
+    pub resource: &'static str,
+}
+
 /// A rollout phase as a label value.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(missing_docs)]
@@ -88,6 +95,7 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     phase: Family<PhaseLabels, Gauge>,
     nodes: Family<NodeCountLabels, Gauge>,
+    watch_events: Family<ResourceLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -124,6 +132,12 @@ impl Default for Metrics {
             "Nodes of each NetworkTuning by state: matched, updated, applied, failed",
             nodes.clone(),
         );
+        let watch_events = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "watch_events",
+            "Objects the operator's watches brought, by resource",
+            watch_events.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -131,6 +145,7 @@ impl Default for Metrics {
             reconcile_duration,
             phase,
             nodes,
+            watch_events,
         }
     }
 }
@@ -146,6 +161,13 @@ impl Metrics {
             self.reconcile_errors.get_or_create(&labels).inc();
         }
         self.reconcile_duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts one object a watch of `resource` brought.
+    pub fn watch_event(&self, resource: &'static str) {
+        self.watch_events
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
     }
 
     /// Records a tuning's phase and node counts from its status.

@@ -16,6 +16,12 @@
 //!   under the faults that leave the operator and agents running, samples their memory and open
 //!   descriptors at quiet points, and prints the slopes; it exits 1 on a leak or a failed
 //!   schedule.
+//! - `hoststack-lab scale --nodes 1000` brings up a control plane with a large cluster's flags,
+//!   the operator, N Node objects and a fleet of N real agents in one process
+//!   (`hoststack-fleet`), runs the scale scenarios (hoststack_e2e::scale: apply, idle, a judged
+//!   rollout with nodes joining and leaving, a regression rolled back, delete), prints the
+//!   JSON report and tears everything down. Build it with `--release` for figures that mean
+//!   something (docs/operator.md, Scale).
 //! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
 //!   devices, directories); `--all` also stops labs that are still running.
 
@@ -85,6 +91,25 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         every: u64,
     },
+    /// Run the scale scenarios on a fleet of real agents and print the JSON report.
+    Scale {
+        /// Nodes in the fleet.
+        #[arg(long, default_value_t = 100)]
+        nodes: usize,
+        /// Nodes joining and leaving during the rollout (default: 10% of the fleet, at most
+        /// 100).
+        #[arg(long)]
+        churn: Option<usize>,
+        /// Agents per HTTP/2 connection.
+        #[arg(long, default_value_t = 200)]
+        agents_per_connection: usize,
+        /// The agents' heartbeat interval in seconds.
+        #[arg(long, default_value_t = 10)]
+        heartbeat_seconds: u64,
+        /// Seconds of the idle measurement.
+        #[arg(long, default_value_t = 60)]
+        idle_seconds: u64,
+    },
     /// Remove leftovers of labs whose owner died.
     Down {
         /// Also stop and remove labs that are still running.
@@ -122,6 +147,20 @@ fn main() -> ExitCode {
             Duration::from_secs(minutes * 60),
             Duration::from_secs(every),
         ),
+        Cmd::Scale {
+            nodes,
+            churn,
+            agents_per_connection,
+            heartbeat_seconds,
+            idle_seconds,
+        } => {
+            let mut config = hoststack_e2e::scale::ScaleConfig::for_nodes(nodes);
+            config.churn = churn.unwrap_or(config.churn);
+            config.agents_per_connection = agents_per_connection;
+            config.heartbeat_interval = Duration::from_secs(heartbeat_seconds.max(1));
+            config.idle = Duration::from_secs(idle_seconds);
+            scale(&config)
+        }
         Cmd::Down { all } => down(all),
     };
     match result {
@@ -344,6 +383,13 @@ fn faults(seeds: std::ops::Range<u64>, vm: bool) -> Result<(), String> {
     } else {
         Err(format!("{failed} schedules found something wrong"))
     }
+}
+
+/// Runs the scale scenarios and prints the report.
+fn scale(config: &hoststack_e2e::scale::ScaleConfig) -> Result<(), String> {
+    let report = hoststack_e2e::scale::run(config).map_err(|e| e.to_string())?;
+    println!("{report:#}");
+    Ok(())
 }
 
 /// Runs the soak for `duration` on a fresh lab and prints its report.

@@ -24,6 +24,8 @@ pub(crate) struct Binaries {
     pub plugin: PathBuf,
     /// The user-space stack's runner, which the agents start for `userspaceStack`.
     pub userstack: PathBuf,
+    /// Many agents in one process, for scale runs (`hoststack-lab scale`).
+    pub fleet: PathBuf,
 }
 
 impl Binaries {
@@ -50,6 +52,7 @@ impl Binaries {
             agent: bin_dir.join("hoststack-agent"),
             plugin: bin_dir.join("kubectl-hoststack"),
             userstack: bin_dir.join("hoststack-userstack"),
+            fleet: bin_dir.join("hoststack-fleet"),
         };
         for path in [&bins.etcd, &bins.kube_apiserver, &bins.kubectl, &bins.helm] {
             if !is_executable(path) {
@@ -66,7 +69,13 @@ impl Binaries {
             if explicit.is_none() && build {
                 cargo_build(&bin_dir)?;
             }
-            for path in [&bins.operator, &bins.agent, &bins.plugin, &bins.userstack] {
+            for path in [
+                &bins.operator,
+                &bins.agent,
+                &bins.plugin,
+                &bins.userstack,
+                &bins.fleet,
+            ] {
                 if !is_executable(path) {
                     return Err(Error::Setup(format!(
                         "{} is missing: run `cargo build --workspace --bins` (scripts/setup.sh \
@@ -131,6 +140,8 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
             "kubectl-hoststack",
             "-p",
             "userstack-runner",
+            "-p",
+            "hoststack-fleet",
             "--bins",
             "--features",
             AGENT_TEST_HOOKS,

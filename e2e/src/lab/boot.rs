@@ -140,6 +140,7 @@ impl Lab {
             &self.bins.kube_apiserver,
             bridge,
             pki,
+            &self.config.apiserver_args,
         )?;
         self.kubeconfigs
             .write_admin(self.control_plane.api_url(), pki)?;

@@ -136,6 +136,16 @@ impl Lab {
         self.control_plane.api_url()
     }
 
+    /// etcd's client URL (plain HTTP on the lab's loopback address), where its /metrics is.
+    pub fn etcd_url(&self) -> &str {
+        self.control_plane.etcd_url()
+    }
+
+    /// The `hoststack-fleet` binary: many agents in one process (docs/operator.md, Scale).
+    pub fn fleet_binary(&self) -> &Path {
+        &self.bins.fleet
+    }
+
     /// The `kubectl-hoststack` plugin binary, built with the operator and agent.
     pub fn plugin_binary(&self) -> &Path {
         &self.bins.plugin
@@ -268,8 +278,13 @@ impl Lab {
     /// `requestReceivedTimestamp`; the operators' election Lease also with `requestObject` and
     /// `responseObject`. Reads are not recorded.
     pub fn audit_events(&self) -> Vec<serde_json::Value> {
-        let path = control_plane::audit::log_path(&self.dir);
+        let path = self.audit_log_path();
         control_plane::audit::events(&path).unwrap_or_else(|e| panic!("the audit log: {e}"))
+    }
+
+    /// The API server's audit log file (`logs/audit.log`), for a reader that follows it.
+    pub fn audit_log_path(&self) -> PathBuf {
+        control_plane::audit::log_path(&self.dir)
     }
 
     /// The log file of a lab process: "etcd", "kube-apiserver", "operator" or "agent-<node>".

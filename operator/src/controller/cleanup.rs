@@ -3,8 +3,9 @@
 //! confirmed its revert; then the agent labels follow and the revision history goes. A node
 //! another tuning governs now keeps what it runs: that tuning's reconcile hands it over as a
 //! staged rollout, canary first (its history keeps a copy of the revision the node runs, for a
-//! rollback). Pure, like [`super::apply`].
+//! rollback). A node that left the cluster is not waited for. Pure, like [`super::apply`].
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use hoststack_crds::{NetworkTuning, NodeState};
@@ -35,9 +36,12 @@ pub fn decide(tuning: &NetworkTuning, snap: &Snapshot, revert_timeout: Duration)
         })
         .collect();
 
+    // A node that left the cluster (its Node object deleted) has no agent to confirm a revert.
+    let present: BTreeSet<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
     let pending: Vec<String> = snap
         .node_tunings
         .iter()
+        .filter(|(node, _)| present.contains(node.as_str()))
         .filter(|(node, _)| !snap.assignment.governor.contains_key(*node))
         .filter(|(_, nt)| {
             let spec_ours = nt.spec.tuning.as_deref() == Some(name.as_str());
@@ -236,8 +240,18 @@ mod tests {
             NodeTuningSpec::default(),
             Some((NodeState::Applying, "", &r)),
         );
-        let d = decide(&edge, &snapshot(world(applying), at(5)), TIMEOUT);
+        let d = decide(&edge, &snapshot(world(applying.clone()), at(5)), TIMEOUT);
         assert_eq!(d.next, Next::WaitForRevert(vec!["a".into()]));
+
+        // A node that left the cluster (its NodeTuning stays: nothing deletes it in a cluster
+        // without garbage collection) has no agent to wait for.
+        let left = World {
+            nodes: Vec::new(),
+            ..world(applying)
+        };
+        let d = decide(&edge, &snapshot(left, at(5)), TIMEOUT);
+        assert_eq!(d.next, Next::AwaitChange);
+        assert!(d.forget_history);
     }
 
     #[test]

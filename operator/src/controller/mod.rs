@@ -93,7 +93,11 @@ pub async fn run(
         ),
     )
     .default_backoff()
-    .touched_objects();
+    .touched_objects()
+    .inspect({
+        let metrics = metrics.clone();
+        move |_| metrics.watch_event("nodes")
+    });
     let (node_tunings, nt_writer) = reflector::store();
     let nt_events = reflector::reflector(
         nt_writer,
@@ -103,7 +107,11 @@ pub async fn run(
         ),
     )
     .default_backoff()
-    .touched_objects();
+    .touched_objects()
+    .inspect({
+        let metrics = metrics.clone();
+        move |_| metrics.watch_event("nodetunings")
+    });
     // The agents' heartbeats are read when a reconcile runs; their renewals trigger nothing.
     let (heartbeats, hb_writer) = reflector::store();
     let heartbeat_events = reflector::reflector(
@@ -115,13 +123,23 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects()
-    .filter_map(|_| future::ready(None::<()>));
+    .filter_map({
+        let metrics = metrics.clone();
+        move |_| {
+            metrics.watch_event("leases");
+            future::ready(None::<()>)
+        }
+    });
     // A tuning created, edited or being deleted can change who governs which node (a node it
     // lets go goes to another tuning, as a staged rollout of that one): every tuning looks
     // again. Status writes change neither, and trigger nothing here.
     let tuning_events = watcher(tunings_api.clone(), watcher::Config::default())
         .default_backoff()
         .touched_objects()
+        .inspect({
+            let metrics = metrics.clone();
+            move |_| metrics.watch_event("networktunings")
+        })
         .predicate_filter(selection_inputs, Default::default())
         .map(|_| ());
     // Any change of a node's labels or of an agent's report can change any tuning's outcome

@@ -120,14 +120,15 @@ impl ControlPlane {
     }
 
     /// Starts kube-apiserver on `bridge` (port 6443 if free there, else any free port), with
-    /// etcd as its storage, `pki`'s certificates and the lab's audit log ([`audit`]); it is not
-    /// ready yet when this returns.
+    /// etcd as its storage, `pki`'s certificates, the lab's audit log ([`audit`]) and `extra`
+    /// flags; it is not ready yet when this returns.
     pub fn start_apiserver(
         &mut self,
         spawner: &Spawner,
         kube_apiserver: &Path,
         bridge: Ipv4Addr,
         pki: &Pki,
+        extra: &[String],
     ) -> Result<()> {
         self.api_port = if TcpListener::bind((bridge, 6443)).is_ok() {
             6443
@@ -159,9 +160,15 @@ impl ControlPlane {
             &format!("--kubelet-client-key={}", p(&pki.admin_key)),
         ]);
         apiserver_args.extend(audit::apiserver_flags(&self.lab_dir)?);
+        apiserver_args.extend(extra.iter().cloned());
         let process = spawner.spawn("kube-apiserver", kube_apiserver, &apiserver_args, &[])?;
         self.processes().push(process);
         Ok(())
+    }
+
+    /// etcd's client URL, `http://127.18.k.1:<port>` (its /metrics is there too).
+    pub fn etcd_url(&self) -> &str {
+        &self.etcd_url
     }
 
     /// The API server's URL, `https://198.18.k.1:<port>`.
