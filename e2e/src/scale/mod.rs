@@ -181,7 +181,7 @@ impl<'lab> Run<'lab> {
         write_regressed(&self.root, &[]);
         scenarios.insert(
             "c_regression".into(),
-            self.since(reading, canaries.len(), 1),
+            self.since(reading, self.nodes.len(), 1),
         );
 
         // d. Delete: every node reverted, the finalizer gone.
