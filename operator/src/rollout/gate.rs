@@ -11,6 +11,7 @@ use hoststack_crds::{
 };
 
 use super::analysis::{self, combine, Measurement, NodeSample};
+use super::nodes::baseline_sample;
 use super::planner::{Progress, State, Verdict};
 use super::prometheus;
 use super::strategy::{Gate, Resolved};
@@ -92,12 +93,17 @@ async fn analyse(
     let window = input.resolved.window;
     let updated = p.updated();
     let judged: Vec<String> = p.waves[index].nodes.clone();
-    let baseline: Vec<String> = input
-        .governed
-        .iter()
-        .filter(|n| !updated.contains(n.as_str()))
-        .cloned()
-        .collect();
+    // The sample of the baseline the planner asked to measure (nodes::plan_nodes).
+    let baseline: Vec<String> = baseline_sample(
+        input
+            .governed
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !updated.contains(n)),
+    )
+    .into_iter()
+    .map(String::from)
+    .collect();
     let thresholds = input
         .analysis
         .map(|a| a.thresholds.as_slice())
