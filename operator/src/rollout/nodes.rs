@@ -22,12 +22,15 @@ pub struct NodePlan {
     pub health_request: Option<HealthRequest>,
 }
 
-/// The health request of the wave in flight, when it is applied and judged by health samples:
-/// its id names the revision and the wave, so samples of an earlier wave never count.
+/// The health request of the wave in flight, when it is judged by health samples: its id names
+/// the revision and the wave, so samples of an earlier wave never count. It goes out with the
+/// wave's revision, in the same write (a window during which the agent ran the transaction is
+/// not steady and never counts, and the gate judges only once the wave applied): one write per
+/// node fewer than asking once the wave has applied.
 pub fn health_request(progress: &Progress, window: Duration) -> Option<HealthRequest> {
     let judging = matches!(progress.state, State::Progressing | State::Paused(_));
-    let wave = progress.waves.last()?;
-    (judging && wave.applied_at.is_some()).then(|| HealthRequest {
+    progress.waves.last()?;
+    judging.then(|| HealthRequest {
         id: wave_id(
             &progress.revision,
             progress.wave_index(progress.waves.len() - 1),
@@ -216,9 +219,13 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_sampled_before_the_wave_applied_or_after_the_end() {
+    fn the_request_goes_out_with_the_wave_and_nothing_is_sampled_after_the_end() {
+        // Not applied yet: the wave's nodes are asked with their revision, in one write.
         let d = decision(State::Progressing, None);
-        assert_eq!(health_request(&d.progress, Duration::from_secs(1)), None);
+        let request = health_request(&d.progress, Duration::from_secs(1)).unwrap();
+        let plans = plan_nodes(&d, Some(&request));
+        assert_eq!(plans["b"].health_request.as_ref(), Some(&request));
+        assert_eq!(plans["b"].target, Holding::Own("r2".into()));
         for state in [State::Complete, State::RolledBack("x".into())] {
             let d = decision(state, Some(9));
             assert_eq!(health_request(&d.progress, Duration::from_secs(1)), None);
