@@ -1,9 +1,11 @@
 //! The thin shell that carries a [`Decision`] out against the API server, in the order of its
 //! fields: the status (recording what the API server answered, so that the next reconcile
-//! plans from it even before the cache has caught up), the gauges, the NodeTuning specs (server-side apply), the agent labels,
-//! the revision history, the events (a failure to record one is logged, never fatal), and what
+//! plans from it even before the cache has caught up), the gauges, the NodeTuning specs
+//! (server-side apply, [`WRITES_IN_FLIGHT`] at a time), the agent labels (as many), the
+//! revision history, the events (a failure to record one is logged, never fatal), and what
 //! happens next. It decides nothing.
 
+use futures::{stream, TryStreamExt};
 use hoststack_crds::{
     NetworkTuning, NetworkTuningStatus, NodeTuning, AGENT_NODE_LABEL, OPERATOR_FIELD_MANAGER,
 };
@@ -20,6 +22,9 @@ use super::writes::AgentLabel;
 use super::Context;
 use crate::rollout::history;
 use crate::{Error, Result};
+
+/// How many node writes (specs, agent labels) one reconcile has in flight at once.
+const WRITES_IN_FLIGHT: usize = 32;
 
 /// Carries out `decision` about `tuning`; the first failed write stops it (the reconcile is
 /// retried).
@@ -43,12 +48,16 @@ pub async fn carry_out(
             revision, "no config recorded for the revision; the node keeps its spec"
         );
     }
-    for write in decision.specs {
-        write_spec(&ctx.client, &name, write).await?;
-    }
-    for label in &decision.agent_labels {
-        label_node(&ctx.client, label).await?;
-    }
+    // Many at a time: a wave of a large pool is thousands of small writes, and one after the
+    // other they made a reconcile last as long as thousands of round trips.
+    stream::iter(decision.specs.into_iter().map(Ok))
+        .try_for_each_concurrent(WRITES_IN_FLIGHT, |write| {
+            write_spec(&ctx.client, &name, write)
+        })
+        .await?;
+    stream::iter(decision.agent_labels.iter().map(Ok))
+        .try_for_each_concurrent(WRITES_IN_FLIGHT, |label| label_node(&ctx.client, label))
+        .await?;
     if decision.forget_history {
         history::forget(&ctx.client, &ctx.namespace, &name).await?;
     }
