@@ -14,7 +14,7 @@
 //! never counts as a pass. A complete rollout whose tuning is handed nodes that run something
 //! else (another tuning's revision) starts a new round of waves for them, canary first.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 /// What the rollout settings resolve to for a given number of matched nodes.
@@ -260,7 +260,6 @@ pub fn plan(
 ) -> Decision {
     let mut progress = previous.clone();
     let mut requeue_after = None;
-    let reports: BTreeMap<&str, &NodeView> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
 
     // A complete rollout handed nodes that run something else goes again for them.
     if progress.state == State::Complete
@@ -273,7 +272,6 @@ pub fn plan(
         step(
             strategy,
             &mut progress,
-            &reports,
             nodes,
             verdict,
             now,
@@ -302,12 +300,20 @@ pub fn hold(previous: &Progress, nodes: &[NodeView]) -> Decision {
 /// where they came from); every other node what it holds, except that a node holding nothing
 /// gets the stable revision at once (a node joining the pool).
 fn targets(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Holding> {
-    let origins = progress.origins();
+    // As `Progress::origins`, hashed and borrowed: one lookup per node stays O(1).
+    let stable = &Holding::stable(progress.stable.as_deref());
+    let mut origins: HashMap<&str, &Holding> = HashMap::with_capacity(wave_node_count(progress));
+    origins.extend(progress.waves.iter().flat_map(|w| {
+        w.nodes
+            .iter()
+            .map(move |n| (n.as_str(), w.from.get(n).unwrap_or(stable)))
+    }));
+    let rolled_back = matches!(progress.state, State::RolledBack(_));
     nodes
         .iter()
         .map(|n| {
             let target = match origins.get(n.name.as_str()) {
-                Some(from) if matches!(progress.state, State::RolledBack(_)) => from.clone(),
+                Some(&from) if rolled_back => from.clone(),
                 Some(_) => Holding::Own(progress.revision.clone()),
                 None if n.holding == Holding::Nothing => {
                     Holding::stable(progress.stable.as_deref())
@@ -323,23 +329,42 @@ fn targets(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Holding>
 /// than the revision (a node holding nothing only when there is no stable revision to give it
 /// at once).
 fn candidates<'a>(progress: &Progress, nodes: &'a [NodeView]) -> Vec<&'a NodeView> {
-    let updated = progress.updated();
+    let updated = wave_nodes(progress);
     let own = Holding::Own(progress.revision.clone());
+    // The set lookup last: a node already on the revision needs none.
     nodes
         .iter()
-        .filter(|n| n.available && !updated.contains(n.name.as_str()))
+        .filter(|n| n.available)
         .filter(|n| match &n.holding {
             Holding::Nothing => progress.stable.is_none(),
             held => *held != own,
         })
+        .filter(|n| !updated.contains(n.name.as_str()))
         .collect()
+}
+
+/// The nodes of the waves, as [`Progress::updated`] but hashed: for lookups, in no order.
+fn wave_nodes(progress: &Progress) -> HashSet<&str> {
+    let mut set = HashSet::with_capacity(wave_node_count(progress));
+    set.extend(
+        progress
+            .waves
+            .iter()
+            .flat_map(|w| w.nodes.iter().map(String::as_str)),
+    );
+    set
+}
+
+/// How many node entries the waves hold (a node in two waves counts twice): what to size a
+/// lookup table by.
+fn wave_node_count(progress: &Progress) -> usize {
+    progress.waves.iter().map(|w| w.nodes.len()).sum()
 }
 
 /// Advances a live rollout by at most one wave.
 fn step(
     strategy: &Strategy,
     progress: &mut Progress,
-    reports: &BTreeMap<&str, &NodeView>,
     nodes: &[NodeView],
     verdict: &Verdict,
     now: u64,
@@ -352,20 +377,23 @@ fn step(
             State::Halted(reason)
         };
     };
-    // A failure anywhere in the updated nodes ends the rollout.
+    // The last view of each node by name (a hash map: one O(1) lookup per wave node).
+    let reports: HashMap<&str, &NodeView> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    // A failure anywhere in the updated nodes ends the rollout; the first failed node by name
+    // is the one reported.
     let failure = progress
-        .updated()
-        .into_iter()
-        .find_map(|node| match reports.get(node) {
+        .waves
+        .iter()
+        .flat_map(|w| &w.nodes)
+        .filter_map(|node| match reports.get(node.as_str()) {
             Some(NodeView {
                 report: Report::Failed(why),
                 ..
-            }) => Some(format!(
-                "{node} failed to apply {}: {why}",
-                progress.revision
-            )),
+            }) => Some((node, why)),
             _ => None,
-        });
+        })
+        .min_by_key(|&(node, _)| node)
+        .map(|(node, why)| format!("{node} failed to apply {}: {why}", progress.revision));
     if let Some(reason) = failure {
         fail(progress, reason);
         return;
@@ -415,25 +443,20 @@ fn step(
         return;
     }
     // The next wave: canaries (by label, then name) first.
-    let mut candidates = candidates(progress, nodes);
+    let candidates = candidates(progress, nodes);
     if candidates.is_empty() {
         // Every node that can run the revision does: it is the stable one from now on.
         progress.state = State::Complete;
         progress.stable = Some(progress.revision.clone());
         return;
     }
-    candidates.sort_by(|a, b| {
-        b.canary_label
-            .cmp(&a.canary_label)
-            .then(a.name.cmp(&b.name))
-    });
     let size = if progress.waves.is_empty() {
         strategy.canary.min(strategy.max_unavailable)
     } else {
         strategy.max_unavailable
     };
+    let picked = first_by_canary_then_name(candidates, size);
     let stable = Holding::stable(progress.stable.as_deref());
-    let picked = &candidates[..size.min(candidates.len())];
     progress.waves.push(Wave {
         nodes: picked.iter().map(|n| n.name.clone()).collect(),
         applied_at: None,
@@ -444,6 +467,26 @@ fn step(
             .collect(),
     });
     progress.state = State::Progressing;
+}
+
+/// The first `size` of `candidates` ordered canaries first, then by name (ties in the order
+/// given, as a stable sort would leave them), and in that order. Only the picked ones are
+/// sorted: O(n + size log size) rather than a sort of every candidate.
+fn first_by_canary_then_name(candidates: Vec<&NodeView>, size: usize) -> Vec<&NodeView> {
+    let mut ranked: Vec<(usize, &NodeView)> = candidates.into_iter().enumerate().collect();
+    let order = |(i, a): &(usize, &NodeView), (j, b): &(usize, &NodeView)| {
+        b.canary_label
+            .cmp(&a.canary_label)
+            .then(a.name.cmp(&b.name))
+            .then(i.cmp(j))
+    };
+    let size = size.min(ranked.len());
+    if size < ranked.len() {
+        ranked.select_nth_unstable_by(size, order);
+        ranked.truncate(size);
+    }
+    ranked.sort_unstable_by(order);
+    ranked.into_iter().map(|(_, n)| n).collect()
 }
 
 #[cfg(test)]
