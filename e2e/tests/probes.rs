@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hoststack_e2e::faults::history::Event;
 use hoststack_e2e::faults::inject::CutOff;
-use hoststack_e2e::faults::record::{from_audit_reports, from_write_log};
+use hoststack_e2e::faults::record::{from_audit_reports, from_write_log, status_writes};
 use hoststack_e2e::prometheus::{sample, scrape};
 use hoststack_e2e::{Lab, LabConfig, Signal};
 use serde_json::Value;
@@ -84,25 +84,23 @@ fn counter(lab: &Lab, node: &str, series: &str) -> u64 {
     sample(&metrics, series).unwrap_or(0)
 }
 
-/// The reasons of the Degraded condition in every status `node`'s agent wrote, from the API
-/// server's audit log: a node rolled back right after its failure shows it only for a moment.
-fn degraded_reasons(lab: &Lab, node: &str) -> Vec<String> {
-    lab.audit_events()
-        .iter()
-        .filter(|e| {
-            e["objectRef"]["resource"] == "nodetunings"
-                && e["objectRef"]["subresource"] == "status"
-                && e["objectRef"]["name"] == node
-        })
-        .filter_map(|e| {
-            e["responseObject"]["status"]["conditions"]
-                .as_array()
-                .cloned()
-        })
+/// Asserts that `node`'s agent reverted a revision of `tuning` by itself once, for `label`
+/// (`probe` or `unconfirmed`, its counter), and reported it as Degraded with `reason` — read
+/// from the API server's audit log: a node rolled back right after its failure shows it only
+/// for a moment.
+fn assert_reverted_by_itself(lab: &Lab, node: &str, tuning: &str, label: &str, reason: &str) {
+    let series =
+        format!(r#"hoststack_agent_self_reverts_total{{tuning="{tuning}",reason="{label}"}}"#);
+    assert_eq!(counter(lab, node, &series), 1, "{series}");
+    let events = lab.audit_events();
+    let reported = status_writes(&events, node)
+        .filter_map(|e| e["responseObject"]["status"]["conditions"].as_array())
         .flatten()
-        .filter(|c| c["type"] == "Degraded" && c["status"] == "True")
-        .filter_map(|c| c["reason"].as_str().map(String::from))
-        .collect()
+        .any(|c| c["type"] == "Degraded" && c["status"] == "True" && c["reason"] == reason);
+    assert!(
+        reported,
+        "{node} reported the revert as Degraded ({reason})"
+    );
 }
 
 /// `dev`'s MTU in `node`'s namespace, or in the root namespace for `None`.
@@ -171,18 +169,7 @@ fn a_change_that_breaks_a_probe_target_reverts_by_itself_and_a_good_one_complete
     for node in ["node-b", "node-c"] {
         assert_eq!(lab.sysctl(node, "net.core.somaxconn"), original, "{node}");
     }
-    assert_eq!(
-        counter(
-            &lab,
-            "node-a",
-            r#"hoststack_agent_self_reverts_total{tuning="guard",reason="probe"}"#
-        ),
-        1
-    );
-    assert!(
-        degraded_reasons(&lab, "node-a").contains(&"ProbeFailed".to_string()),
-        "node-a reported the probe's failure as Degraded (ProbeFailed)"
-    );
+    assert_reverted_by_itself(&lab, "node-a", "guard", "probe", "ProbeFailed");
     lab.delete_tuning("guard");
 
     // The same probes (and an HTTP one, a lookup) with a change that keeps the peer reachable,
@@ -265,18 +252,7 @@ fn a_node_cut_off_from_the_api_server_reverts_by_itself_within_confirm_timeout()
         message.contains("was not confirmed within 20s") && message.contains("api-server"),
         "{message}"
     );
-    assert_eq!(
-        counter(
-            &lab,
-            "node-a",
-            r#"hoststack_agent_self_reverts_total{tuning="cut",reason="unconfirmed"}"#
-        ),
-        1
-    );
-    assert!(
-        degraded_reasons(&lab, "node-a").contains(&"Unconfirmed".to_string()),
-        "node-a reported the revert as Degraded (Unconfirmed)"
-    );
+    assert_reverted_by_itself(&lab, "node-a", "cut", "unconfirmed", "Unconfirmed");
     for node in ["node-b", "node-c"] {
         assert_eq!(lab.sysctl(node, "net.core.somaxconn"), original, "{node}");
     }
@@ -329,14 +305,7 @@ fn a_sysctl_that_advertises_an_mss_the_path_cannot_carry_reverts_by_itself() {
             && message.contains("probe api-server"),
         "{message}"
     );
-    assert_eq!(
-        counter(
-            &lab,
-            "node-a",
-            r#"hoststack_agent_self_reverts_total{tuning="mss",reason="unconfirmed"}"#
-        ),
-        1
-    );
+    assert_reverted_by_itself(&lab, "node-a", "mss", "unconfirmed", "Unconfirmed");
     for node in ["node-b", "node-c"] {
         assert_eq!(lab.sysctl(node, key), original, "{node} never changed");
     }
@@ -411,18 +380,7 @@ fn an_mtu_the_path_cannot_carry_cuts_the_node_off_and_it_reverts_by_itself() {
             && message.contains("was not confirmed")),
         "the report once healed: {reports:?}"
     );
-    assert_eq!(
-        counter(
-            &lab,
-            "node-a",
-            r#"hoststack_agent_self_reverts_total{tuning="jumbo",reason="unconfirmed"}"#
-        ),
-        1
-    );
-    assert!(
-        degraded_reasons(&lab, "node-a").contains(&"Unconfirmed".to_string()),
-        "node-a reported the revert as Degraded (Unconfirmed)"
-    );
+    assert_reverted_by_itself(&lab, "node-a", "jumbo", "unconfirmed", "Unconfirmed");
     assert_eq!(
         lab.sysctl("node-a", "net.core.somaxconn"),
         lab.sysctl("node-d", "net.core.somaxconn")

@@ -107,16 +107,19 @@ pub fn from_audit(events: &[Value], since: u64, max_unavailable: usize) -> Vec<T
     out
 }
 
+/// The audit events of the status writes of `node`'s NodeTuning, in the order written.
+pub fn status_writes<'a>(events: &'a [Value], node: &'a str) -> impl Iterator<Item = &'a Value> {
+    events.iter().filter(move |e| {
+        e["objectRef"]["resource"] == "nodetunings"
+            && e["objectRef"]["subresource"] == "status"
+            && e["objectRef"]["name"] == node
+    })
+}
+
 /// Every status `node`'s agent wrote, as (when, `status.state`, `status.message`), from the
 /// audit log.
 pub fn from_audit_reports(events: &[Value], node: &str) -> Vec<(u64, String, String)> {
-    events
-        .iter()
-        .filter(|e| {
-            e["objectRef"]["resource"] == "nodetunings"
-                && e["objectRef"]["subresource"] == "status"
-                && e["objectRef"]["name"] == node
-        })
+    status_writes(events, node)
         .filter_map(|e| {
             let status = &e["responseObject"]["status"];
             Some((
