@@ -189,9 +189,11 @@ impl Reading {
     }
 
     /// What happened between this reading and now, for a scenario that moved `nodes` nodes
-    /// through `revisions` revisions: a JSON object, and the audit offset to continue from.
-    pub fn since(&self, lab: &Lab, nodes: usize, revisions: usize) -> (Value, u64) {
-        let seconds = self.at.elapsed().as_secs_f64();
+    /// through `revisions` revisions and reached its goal at `done` (its `seconds`; the counts
+    /// run until now): a JSON object, and the audit offset to continue from.
+    pub fn since(&self, lab: &Lab, nodes: usize, revisions: usize, done: Instant) -> (Value, u64) {
+        let seconds = done.duration_since(self.at).as_secs_f64();
+        let counted = self.at.elapsed().as_secs_f64();
         let pid = operator_pid(lab);
         let (cpu, peak) = pid.and_then(cpu_and_peak).unwrap_or((0.0, 0));
         let apiserver = apiserver_samples(lab);
@@ -245,15 +247,33 @@ impl Reading {
             "operatorPeakRssMiB": round(peak as f64 / (1024.0 * 1024.0)),
             "operatorWrites": operator_writes,
             "operatorWritesPerNodePerRevision": round(per_node(operator_writes) / revisions.max(1) as f64),
-            "agentStatusWritesPerNodePerMinute": round(per_node(agent_status_writes) / (seconds / 60.0).max(1e-9)),
+            "countedSeconds": round(counted),
+            "agentStatusWritesPerNodePerMinute": round(per_node(agent_status_writes) / (counted / 60.0).max(1e-9)),
             "writesByWho": by_who,
             "apiRequests": requests,
             "operatorWatchEvents": watch_events,
             "reconciles": reconciles,
-            "reconcileP50Ms": p50.map(|s| round(s * 1000.0)),
-            "reconcileP99Ms": p99.map(|s| round(s * 1000.0)),
+            "reconcileP50Ms": p50.map(millis),
+            "reconcileP99Ms": p99.map(millis),
         });
         (report, offset)
+    }
+}
+
+/// Waits until the audit log has recorded no write for `quiet` other than the agents'
+/// heartbeats (so that a scenario's counts include what its end set off: the operator's last
+/// rewrites and the agents' answers), at most `timeout`.
+pub fn wait_quiet(lab: &Lab, quiet: std::time::Duration, timeout: std::time::Duration) {
+    let mut offset = std::fs::metadata(lab.audit_log_path()).map_or(0, |m| m.len());
+    let deadline = Instant::now() + timeout;
+    let mut last_write = Instant::now();
+    while last_write.elapsed() < quiet && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let (writes, next) = audit_writes_since(lab, offset);
+        offset = next;
+        if writes.iter().any(|(_, _, resource)| resource != "leases") {
+            last_write = Instant::now();
+        }
     }
 }
 
@@ -296,12 +316,13 @@ fn reconcile_quantiles(before: &[Sample], after: &[Sample]) -> (Option<f64>, Opt
             .filter(|s| s.name == "hoststack_operator_reconcile_duration_seconds_bucket")
             .filter_map(|s| {
                 let le = s.labels.get("le")?;
+                // Nanoseconds as the key (ordered); +Inf as the largest key.
                 let bound = if le == "+Inf" {
-                    f64::INFINITY
+                    u64::MAX
                 } else {
-                    le.parse().ok()?
+                    (le.parse::<f64>().ok()? * 1e9) as u64
                 };
-                Some(((bound * 1e9).min(u64::MAX as f64) as u64, s.value))
+                Some((bound, s.value))
             })
             .collect()
     };
@@ -315,9 +336,22 @@ fn reconcile_quantiles(before: &[Sample], after: &[Sample]) -> (Option<f64>, Opt
         counts
             .iter()
             .find(|(_, c)| *c >= q * total && total > 0.0)
-            .map(|(bound, _)| *bound as f64 / 1e9)
+            .map(|(bound, _)| match *bound {
+                u64::MAX => f64::INFINITY,
+                ns => ns as f64 / 1e9,
+            })
     };
     (quantile(0.5), quantile(0.99), total as u64)
+}
+
+/// A bucket's upper bound in seconds as milliseconds; the `+Inf` bucket as a string naming the
+/// largest finite bound (the histogram's buckets end at 8.192 s).
+fn millis(seconds: f64) -> Value {
+    if seconds.is_finite() {
+        json!(round(seconds * 1000.0))
+    } else {
+        json!(">8192")
+    }
 }
 
 /// `x` to three decimals.
@@ -360,5 +394,10 @@ mod tests {
         assert_eq!(n, 100);
         assert_eq!(p50, Some(0.001));
         assert_eq!(p99, Some(0.002));
+        // Past the last finite bucket.
+        let slow = hist(&[("0.001", 10.0), ("0.002", 10.0), ("+Inf", 20.0)]);
+        let (_, p99, _) = reconcile_quantiles(&before, &slow);
+        assert_eq!(p99, Some(f64::INFINITY));
+        assert_eq!(millis(f64::INFINITY), json!(">8192"));
     }
 }

@@ -35,6 +35,8 @@ const KEY: &str = "net/core/somaxconn";
 const BASELINE: &str = "4096";
 /// The tuning's name.
 const TUNING: &str = "fleet";
+/// How long nothing but heartbeats must be written before a scenario's counts end.
+const QUIET: Duration = Duration::from_secs(5);
 
 /// What a scale run does.
 #[derive(Clone, Debug)]
@@ -356,9 +358,12 @@ impl<'lab> Run<'lab> {
         Reading::take(self.lab, self.audit_offset)
     }
 
-    /// The measurement since `reading`, for `nodes` nodes and one revision.
+    /// The measurement since `reading`, for `nodes` nodes and `revisions` revisions: the
+    /// scenario's time is until now, its counts until the writes it set off have ended.
     fn since(&mut self, reading: Reading, nodes: usize, revisions: usize) -> Value {
-        let (report, offset) = reading.since(self.lab, nodes, revisions);
+        let done = std::time::Instant::now();
+        measure::wait_quiet(self.lab, QUIET, self.config.step_timeout);
+        let (report, offset) = reading.since(self.lab, nodes, revisions, done);
         self.audit_offset = offset;
         eprintln!("hoststack-lab scale: {report}");
         report
