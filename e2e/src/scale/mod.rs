@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::faults::history::Event;
 use crate::faults::invariants;
 use crate::faults::record;
 use crate::{Lab, LabConfig};
@@ -149,6 +150,9 @@ impl<'lab> Run<'lab> {
         // b (+ e). A judged rollout; nodes join and leave once the canary has passed.
         let reading = self.reading();
         let since = micros_now();
+        let stable = self.lab.tuning_status(TUNING)["stableRevision"]
+            .as_str()
+            .map(String::from);
         let rollout = "canary: \"1%\"\n    maxUnavailable: \"10%\"\n    analysis:\n      window: 5s\n      thresholds:\n        - metric: RetransmitRatio\n          maxRelativeToBaseline: \"2\"";
         self.apply(&tuning("16384", rollout));
         self.lab
@@ -167,7 +171,7 @@ impl<'lab> Run<'lab> {
         self.wait_phase("Complete", &self.nodes.clone());
         self.check_hosts(&self.nodes.clone(), "16384");
         let max_unavailable = (n - churn + churn).div_ceil(10);
-        self.check_max_unavailable(since, max_unavailable);
+        self.check_max_unavailable(since, stable, max_unavailable);
         scenarios.insert("b_rollout_with_churn".into(), self.since(reading, n, 1));
 
         // c. The canaries regress: the rollout rolls back.
@@ -339,12 +343,19 @@ impl<'lab> Run<'lab> {
         assert!(wrong.is_empty(), "hosts not at {value}: {wrong:?}");
     }
 
-    /// Asserts that the audit log's history since `since` never had more than
-    /// `max_unavailable` nodes in flight.
-    fn check_max_unavailable(&self, since: u64, max_unavailable: usize) {
+    /// Asserts that the audit log's history since `since`, when `stable` was the stable
+    /// revision, never had more than `max_unavailable` nodes in flight.
+    fn check_max_unavailable(&self, since: u64, stable: Option<String>, max_unavailable: usize) {
         let events = self.lab.audit_events();
+        let start = record::Timed {
+            micros: since,
+            event: Event::Rollout {
+                stable,
+                max_unavailable,
+            },
+        };
         let history = record::merge(
-            vec![record::from_audit(&events, since, max_unavailable)],
+            vec![vec![start], record::from_audit(&events, since, max_unavailable)],
             since,
         );
         let broken: Vec<_> = invariants::check(&history)
