@@ -13,7 +13,7 @@ use hoststack_e2e::scale::{self, ScaleConfig};
 #[test]
 fn a_hundred_agents_apply_roll_out_with_churn_roll_back_and_revert() {
     let mut config = ScaleConfig::for_nodes(100);
-    config.idle = Duration::from_secs(20);
+    config.idle = Duration::from_secs(10);
     let report = scale::run(&config).expect("the scale run");
     eprintln!("{report:#}");
     for scenario in [
