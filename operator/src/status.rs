@@ -1,6 +1,7 @@
 //! A tuning's status, aggregated from its nodes' reports: a pure function of what was observed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use hoststack_crds::{NetworkTuningStatus, NodeConflict, NodeState, NodeTuning, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -16,7 +17,7 @@ pub struct Observed<'a> {
     /// Matched nodes, split by who governs them.
     pub nodes: &'a TuningNodes,
     /// NodeTuning of each node, by node name.
-    pub node_tunings: &'a BTreeMap<String, NodeTuning>,
+    pub node_tunings: &'a BTreeMap<String, Arc<NodeTuning>>,
     /// The status before this reconcile.
     pub previous: Option<&'a NetworkTuningStatus>,
     /// Now, for condition transition times.
@@ -85,11 +86,11 @@ pub fn aggregate(o: &Observed) -> NetworkTuningStatus {
     let rev = o.revision;
     let applied: Vec<&String> = governed
         .iter()
-        .filter(|n| node_applied(o.node_tunings.get(*n), rev))
+        .filter(|n| node_applied(o.node_tunings.get(*n).map(AsRef::as_ref), rev))
         .collect();
     let failed: Vec<(&String, String)> = governed
         .iter()
-        .filter_map(|n| node_failure(o.node_tunings.get(n), rev).map(|m| (n, m)))
+        .filter_map(|n| node_failure(o.node_tunings.get(n).map(AsRef::as_ref), rev).map(|m| (n, m)))
         .collect();
     let waiting: Vec<&String> = governed
         .iter()
@@ -322,9 +323,9 @@ mod tests {
             ),
         ];
         for (reports, phase, progress) in table {
-            let node_tunings: BTreeMap<String, NodeTuning> = reports
+            let node_tunings: BTreeMap<String, Arc<NodeTuning>> = reports
                 .into_iter()
-                .map(|(n, t)| (n.to_string(), t))
+                .map(|(n, t)| (n.to_string(), Arc::new(t)))
                 .collect();
             let s = aggregate(&Observed {
                 generation: Some(3),
@@ -377,9 +378,9 @@ mod tests {
             now: now(20),
         });
         assert_eq!(first, second);
-        let applied: BTreeMap<String, NodeTuning> = [(
+        let applied: BTreeMap<String, Arc<NodeTuning>> = [(
             "a".to_string(),
-            nt(NodeState::Applied, Some("r"), "r", None),
+            Arc::new(nt(NodeState::Applied, Some("r"), "r", None)),
         )]
         .into();
         let third = aggregate(&Observed {

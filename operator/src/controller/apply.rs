@@ -357,7 +357,7 @@ pub fn unselected(snap: &Snapshot, name: &str) -> Vec<String> {
 
 /// What `node`'s agent reports about `revision`.
 fn report(snap: &Snapshot, node: &str, revision: &str) -> Report {
-    let nt = snap.node_tunings.get(node);
+    let nt = snap.node_tunings.get(node).map(AsRef::as_ref);
     match node_failure(nt, revision) {
         Some(why) => Report::Failed(why),
         None if node_applied(nt, revision) => Report::Applied,

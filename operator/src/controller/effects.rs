@@ -51,9 +51,7 @@ pub async fn carry_out(
     // Many at a time: a wave of a large pool is thousands of small writes, and one after the
     // other they made a reconcile last as long as thousands of round trips.
     stream::iter(decision.specs.into_iter().map(Ok))
-        .try_for_each_concurrent(WRITES_IN_FLIGHT, |write| {
-            write_spec(&ctx.client, &name, write)
-        })
+        .try_for_each_concurrent(WRITES_IN_FLIGHT, |write| write_spec(ctx, &name, write))
         .await?;
     stream::iter(decision.agent_labels.iter().map(Ok))
         .try_for_each_concurrent(WRITES_IN_FLIGHT, |label| label_node(&ctx.client, label))
@@ -98,25 +96,28 @@ async fn write_status(
 }
 
 /// Server-side applies one node's NodeTuning spec; fields the operator owned and left out are
-/// removed.
+/// removed. The answer is recorded, so that the next reconcile plans from it even before the
+/// cache has caught up.
 /// Its span names the node and the revision it is given (`None`: nothing to apply), inside the
 /// reconcile's span that names the tuning.
 #[instrument(skip_all, fields(node = %write.node, revision = ?write.spec.revision))]
-async fn write_spec(client: &Client, tuning: &str, write: SpecWrite) -> Result<()> {
+async fn write_spec(ctx: &Context, tuning: &str, write: SpecWrite) -> Result<()> {
     info!(
         from = write.spec.tuning.as_deref().filter(|t| *t != tuning),
         phase = write.spec.rollout_phase.map(tracing::field::debug),
         "{}",
         write.why.message()
     );
-    let api = Api::<NodeTuning>::all(client.clone());
+    let api = Api::<NodeTuning>::all(ctx.client.clone());
     let nt = NodeTuning::new(&write.node, write.spec);
-    api.patch(
-        &write.node,
-        &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
-        &Patch::Apply(&nt),
-    )
-    .await?;
+    let written = api
+        .patch(
+            &write.node,
+            &PatchParams::apply(OPERATOR_FIELD_MANAGER).force(),
+            &Patch::Apply(&nt),
+        )
+        .await?;
+    ctx.record_spec_write(written);
     Ok(())
 }
 

@@ -231,6 +231,7 @@ impl Context {
             metrics: Arc::new(Metrics::default()),
             namespace: DEFAULT_NAMESPACE.into(),
             status_writes: Default::default(),
+            spec_writes: Default::default(),
         };
         (Arc::new(ctx), ApiServerVerifier(handle))
     }

@@ -45,7 +45,7 @@ use crate::rollout::{gate, history};
 use crate::selection::NodeLabels;
 use crate::{Error, Result};
 pub use snapshot::Snapshot;
-use snapshot::StatusWrite;
+use snapshot::{newest_node_tunings, StatusWrite};
 
 /// How soon a deleted tuning looks again at its nodes' reverts.
 const REVERT_POLL: Duration = Duration::from_secs(1);
@@ -66,6 +66,10 @@ pub struct Context {
     namespace: String,
     /// The operator's own latest status write to each tuning, by uid (the cache may lag it).
     status_writes: Mutex<BTreeMap<String, StatusWrite>>,
+    /// The NodeTunings as the operator's own spec writes left them, by node, while the cache
+    /// has not caught up with them: a reconcile that planned from a lagging cache wrote every
+    /// such spec again.
+    spec_writes: Mutex<BTreeMap<String, Arc<NodeTuning>>>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -165,6 +169,7 @@ pub async fn run(
         metrics,
         namespace: namespace.to_string(),
         status_writes: Mutex::default(),
+        spec_writes: Mutex::default(),
     });
     controller
         .reconcile_all_on(triggers)
@@ -248,8 +253,17 @@ impl Context {
         }
     }
 
+    /// Records the NodeTuning the API server answered a spec write with.
+    fn record_spec_write(&self, written: NodeTuning) {
+        self.spec_writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(written.name_any(), Arc::new(written));
+    }
+
     /// The caches as they are now, with the operator's own latest status writes (those of
-    /// tunings gone from the cache are forgotten).
+    /// tunings gone from the cache are forgotten) and its own spec writes where they are newer
+    /// than the cache (those the cache has caught up with are forgotten).
     fn snapshot(&self) -> Snapshot {
         let nodes = self
             .nodes
@@ -260,12 +274,10 @@ impl Context {
                 labels: n.labels().clone(),
             })
             .collect();
-        let node_tunings = self
-            .node_tunings
-            .state()
-            .iter()
-            .map(|nt| nt.as_ref().clone())
-            .collect::<Vec<_>>();
+        let node_tunings = newest_node_tunings(
+            self.node_tunings.state(),
+            &mut self.spec_writes.lock().unwrap_or_else(|e| e.into_inner()),
+        );
         let heartbeats = self.heartbeats.state();
         let tunings = self.tunings.state();
         let status_writes = {

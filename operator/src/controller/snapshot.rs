@@ -53,7 +53,7 @@ pub struct Snapshot {
     /// Every node's name and labels.
     pub nodes: Vec<NodeLabels>,
     /// Every NodeTuning, by node name.
-    pub node_tunings: BTreeMap<String, NodeTuning>,
+    pub node_tunings: BTreeMap<String, Arc<NodeTuning>>,
     /// Which tuning governs which node.
     pub assignment: Assignment,
     /// Nodes whose agent's heartbeat Lease is valid at `now`.
@@ -69,7 +69,7 @@ impl Snapshot {
     pub fn new<'a>(
         tunings: Vec<Arc<NetworkTuning>>,
         nodes: Vec<NodeLabels>,
-        node_tunings: impl IntoIterator<Item = NodeTuning>,
+        node_tunings: impl IntoIterator<Item = impl Into<Arc<NodeTuning>>>,
         heartbeats: impl IntoIterator<Item = &'a Lease>,
         now: Timestamp,
     ) -> Self {
@@ -77,7 +77,10 @@ impl Snapshot {
         Self {
             node_tunings: node_tunings
                 .into_iter()
-                .map(|nt| (nt.name_any(), nt))
+                .map(|nt| {
+                    let nt: Arc<NodeTuning> = nt.into();
+                    (nt.name_any(), nt)
+                })
                 .collect(),
             alive: heartbeats
                 .into_iter()
@@ -154,6 +157,38 @@ fn heartbeat_node(lease: &Lease, now: Timestamp) -> Option<String> {
     (now.as_second() <= renewed.as_second() + valid).then(|| node.to_string())
 }
 
+/// The cached NodeTunings, each replaced by the operator's own last write of it when that is
+/// newer (by resourceVersion): a reconcile that planned from a cache lagging its own writes
+/// wrote every such spec again. `writes` keeps only what is still newer than the cache (the
+/// rest is forgotten, as is the write of a NodeTuning the cache no longer has: the cache
+/// decides what exists).
+pub fn newest_node_tunings(
+    cached: Vec<Arc<NodeTuning>>,
+    writes: &mut BTreeMap<String, Arc<NodeTuning>>,
+) -> Vec<Arc<NodeTuning>> {
+    let names: BTreeSet<String> = cached.iter().map(|nt| nt.name_any()).collect();
+    writes.retain(|name, _| names.contains(name));
+    cached
+        .into_iter()
+        .map(|nt| {
+            let name = nt.name_any();
+            let newer = writes.get(&name).filter(|w| {
+                resource_version::compare(
+                    w.metadata.resource_version.as_deref(),
+                    nt.metadata.resource_version.as_deref(),
+                ) == Some(Ordering::Greater)
+            });
+            match newer {
+                Some(w) => w.clone(),
+                None => {
+                    writes.remove(&name);
+                    nt
+                }
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,7 +233,7 @@ mod tests {
         let snap = Snapshot::new(
             Vec::new(),
             Vec::new(),
-            Vec::new(),
+            Vec::<NodeTuning>::new(),
             table.iter().map(|(l, _)| l),
             now,
         );
@@ -207,6 +242,43 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(snap.now_secs(), 1_000);
+    }
+
+    #[test]
+    fn own_spec_writes_stand_in_for_a_lagging_cache_until_it_catches_up() {
+        let nt = |name: &str, rv: &str, revision: &str| {
+            let mut nt = NodeTuning::new(name, Default::default());
+            nt.metadata.resource_version = Some(rv.into());
+            nt.spec.revision = Some(revision.into());
+            Arc::new(nt)
+        };
+        let revision_of = |nts: &[Arc<NodeTuning>], name: &str| {
+            nts.iter()
+                .find(|nt| nt.name_any() == name)
+                .and_then(|nt| nt.spec.revision.clone())
+        };
+        let mut writes = BTreeMap::from([
+            ("a".to_string(), nt("a", "20", "r2")),
+            ("b".to_string(), nt("b", "15", "r2")),
+            ("gone".to_string(), nt("gone", "30", "r2")),
+        ]);
+        let cached = vec![nt("a", "10", "r1"), nt("b", "15", "r2"), nt("c", "5", "r1")];
+        let newest = newest_node_tunings(cached, &mut writes);
+        // a: the own write is newer; b: the cache caught up; c: never written.
+        assert_eq!(revision_of(&newest, "a").as_deref(), Some("r2"));
+        assert_eq!(revision_of(&newest, "b").as_deref(), Some("r2"));
+        assert_eq!(revision_of(&newest, "c").as_deref(), Some("r1"));
+        assert_eq!(
+            newest.len(),
+            3,
+            "a write the cache does not have adds nothing"
+        );
+        // Only a's write is still ahead of the cache.
+        assert_eq!(writes.keys().collect::<Vec<_>>(), ["a"]);
+        // Once the cache has a newer copy (another writer's), the cache wins.
+        let newest = newest_node_tunings(vec![nt("a", "25", "r3")], &mut writes);
+        assert_eq!(revision_of(&newest, "a").as_deref(), Some("r3"));
+        assert!(writes.is_empty());
     }
 
     #[test]
@@ -264,7 +336,7 @@ mod tests {
             let snap = Snapshot::new(
                 Vec::new(),
                 Vec::new(),
-                Vec::new(),
+                Vec::<NodeTuning>::new(),
                 [],
                 Timestamp::from_second(1_000).unwrap(),
             )

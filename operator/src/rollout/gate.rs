@@ -3,6 +3,7 @@
 //! the only I/O; everything else is read from the caches the reconcile already has.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hoststack_crds::{
@@ -32,7 +33,7 @@ pub struct Input<'a> {
     /// The governed nodes, available or not.
     pub governed: &'a [String],
     /// Every NodeTuning, by node.
-    pub node_tunings: &'a BTreeMap<String, NodeTuning>,
+    pub node_tunings: &'a BTreeMap<String, Arc<NodeTuning>>,
     /// The value of the promote annotation, if set.
     pub promote: Option<&'a str>,
     /// Now, in seconds since the epoch.
@@ -201,7 +202,7 @@ async fn analyse(
 /// A node's health sample, when it answers request `id`, was taken on `revision` and is steady
 /// (no transaction ran and no counter was reset during its window).
 fn sample<'a>(
-    node_tunings: &'a BTreeMap<String, NodeTuning>,
+    node_tunings: &'a BTreeMap<String, Arc<NodeTuning>>,
     node: &'a str,
     id: &str,
     revision: Option<&str>,
@@ -361,8 +362,9 @@ mod tests {
         let p = progress();
         let governed = ["a".to_string(), "b".to_string()];
         let nodes = |b: Option<NodeTuning>| {
-            let mut nts = BTreeMap::from([("a".to_string(), with_sample("r2", 1000, 50))]);
-            nts.extend(b.map(|b| ("b".to_string(), b)));
+            let mut nts =
+                BTreeMap::from([("a".to_string(), Arc::new(with_sample("r2", 1000, 50)))]);
+            nts.extend(b.map(|b| ("b".to_string(), Arc::new(b))));
             nts
         };
         let taken_over = {
