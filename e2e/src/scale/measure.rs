@@ -126,12 +126,14 @@ pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, Strin
         return (Vec::new(), offset);
     };
     let _ = file.seek(SeekFrom::Start(offset));
-    let mut text = String::new();
-    let _ = file.read_to_string(&mut text);
-    // Only whole lines: the API server may be writing the last one.
-    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    let mut bytes = Vec::new();
+    let _ = file.read_to_end(&mut bytes);
+    // Only whole lines: the API server may be writing the last one (cut anywhere, even inside
+    // a character).
+    let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    let text = String::from_utf8_lossy(&bytes[..whole]);
     let mut out = Vec::new();
-    for line in text[..whole].lines() {
+    for line in text.lines() {
         let Ok(event) = serde_json::from_str::<Value>(line) else {
             continue;
         };
