@@ -117,12 +117,10 @@ pub fn operator_pid(lab: &Lab) -> Option<u32> {
         .find_map(|(name, pid)| (name == "operator").then_some(pid))
 }
 
-/// The audit log's writes since byte `offset`, as (who, verb, resource[/subresource]), and the
-/// offset after them. Who: `operator`, `agents` (NodeTuning status and heartbeat Leases written
-/// by anyone else) or `other`.
-pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, String)>, u64) {
-    let path = lab.audit_log_path();
-    let Ok(mut file) = std::fs::File::open(&path) else {
+/// The audit events (parsed) from byte `offset` of the audit log to its last whole line, and
+/// the offset after them.
+pub fn audit_events_since(lab: &Lab, offset: u64) -> (Vec<Value>, u64) {
+    let Ok(mut file) = std::fs::File::open(lab.audit_log_path()) else {
         return (Vec::new(), offset);
     };
     let _ = file.seek(SeekFrom::Start(offset));
@@ -131,12 +129,20 @@ pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, Strin
     // Only whole lines: the API server may be writing the last one (cut anywhere, even inside
     // a character).
     let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    let text = String::from_utf8_lossy(&bytes[..whole]);
+    let events = bytes[..whole]
+        .split(|b| *b == b'\n')
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect();
+    (events, offset + whole as u64)
+}
+
+/// The audit log's writes since byte `offset`, as (who, verb, resource[/subresource]), and the
+/// offset after them. Who: `operator`, `agents` (NodeTuning status and heartbeat Leases written
+/// by anyone else) or `other`.
+pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, String)>, u64) {
+    let (events, next) = audit_events_since(lab, offset);
     let mut out = Vec::new();
-    for line in text.lines() {
-        let Ok(event) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
+    for event in events {
         let verb = event["verb"].as_str().unwrap_or_default().to_string();
         if matches!(verb.as_str(), "get" | "list" | "watch") {
             continue;
@@ -159,7 +165,7 @@ pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, Strin
         };
         out.push((who.to_string(), verb, resource));
     }
-    (out, offset + whole as u64)
+    (out, next)
 }
 
 /// The state of everything measured, at one moment.

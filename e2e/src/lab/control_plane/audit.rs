@@ -28,6 +28,9 @@ pub(crate) fn apiserver_flags(lab_dir: &Path) -> Result<Vec<String>> {
         format!("--audit-policy-file={}", policy.display()),
         format!("--audit-log-path={}", log_path(lab_dir).display()),
         "--audit-log-format=json".to_string(),
+        // One file, never rotated (0 means the default, 100 MB): the readers of the log read
+        // one file, and a scale run writes more than that.
+        "--audit-log-maxsize=1000000".to_string(),
         // Written while the request is answered, so an event is in the file once its request
         // has returned.
         "--audit-log-mode=blocking".to_string(),
