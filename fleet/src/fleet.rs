@@ -41,6 +41,10 @@ pub struct FleetConfig {
     pub namespace: String,
     /// How often the hosts' counters move.
     pub tick: Duration,
+    /// Agents started per second: a pool's nodes come up over time, and thousands of agents
+    /// listing, watching and creating their Leases in the same second time out on the API
+    /// server and retry, again all at once.
+    pub start_rate: u32,
 }
 
 impl FleetConfig {
@@ -105,7 +109,9 @@ pub async fn run(
     }
     let mut clients = Clients::new(kube_config.clone(), config.agents_per_connection);
     let mut agents = JoinSet::new();
+    let mut pace = tokio::time::interval(Duration::from_secs(1) / config.start_rate.max(1));
     for (node, host) in &hosts {
+        pace.tick().await;
         let mut agent = NodeAgent::new(config.agent(node, host));
         let client = clients.next_agent()?;
         let kube_config = kube_config.clone();

@@ -44,6 +44,9 @@ struct Flags {
     /// How often the hosts' TCP counters move.
     #[arg(long, default_value = "2s", value_parser = parse_nonzero_duration)]
     tick: Duration,
+    /// Agents started per second.
+    #[arg(long, default_value_t = 100)]
+    start_rate: u32,
 }
 
 #[tokio::main]
@@ -66,6 +69,7 @@ async fn main() -> ExitCode {
         heartbeat_interval: flags.heartbeat_interval,
         namespace: flags.namespace,
         tick: flags.tick,
+        start_rate: flags.start_rate,
     };
     let kube_config = match kube::Config::infer().await {
         Ok(c) => c,

@@ -38,6 +38,8 @@ const BASELINE: &str = "4096";
 const TUNING: &str = "fleet";
 /// How long nothing but heartbeats must be written before a scenario's counts end.
 const QUIET: Duration = Duration::from_secs(5);
+/// How often a wait polls.
+const POLL: Duration = Duration::from_secs(1);
 
 /// What a scale run does.
 #[derive(Clone, Debug)]
@@ -155,11 +157,10 @@ impl<'lab> Run<'lab> {
             .map(String::from);
         let rollout = "canary: \"1%\"\n    maxUnavailable: \"10%\"\n    analysis:\n      window: 5s\n      thresholds:\n        - metric: RetransmitRatio\n          maxRelativeToBaseline: \"2\"";
         self.apply(&tuning("16384", rollout));
-        self.lab
-            .wait_for("the canary to pass", self.config.step_timeout, || {
-                let s = self.lab.tuning_status(TUNING);
-                (s["waves"].as_array().map_or(0, Vec::len) >= 2).then_some(())
-            });
+        self.wait_for("the canary to pass", self.config.step_timeout, || {
+            let s = self.lab.tuning_status(TUNING);
+            (s["waves"].as_array().map_or(0, Vec::len) >= 2).then_some(())
+        });
         let joining: Vec<String> = (n..n + churn).map(node).collect();
         let leaving: Vec<String> = (n - churn..n).map(node).collect();
         self.create_nodes(n..n + churn, &[]);
@@ -181,7 +182,7 @@ impl<'lab> Run<'lab> {
         write_regressed(&self.root, &canaries);
         self.apply(&tuning("32768", rollout));
         self.wait_phase("RolledBack", &[]);
-        self.lab.wait_for(
+        self.wait_for(
             "every node back on the second revision",
             self.config.step_timeout,
             || self.hosts_at(&self.nodes, "16384").then_some(()),
@@ -196,15 +197,13 @@ impl<'lab> Run<'lab> {
         let reading = self.reading();
         self.lab
             .kubectl(&["delete", "networktuning", TUNING, "--wait=false"]);
-        self.lab
-            .wait_for("the tuning to be gone", self.config.step_timeout, || {
-                let out = self.lab.kubectl(&["get", "networktuning", TUNING]);
-                (!out.status.success()).then_some(())
-            });
-        self.lab
-            .wait_for("every node reverted", self.config.step_timeout, || {
-                self.hosts_at(&self.nodes, BASELINE).then_some(())
-            });
+        self.wait_for("the tuning to be gone", self.config.step_timeout, || {
+            let out = self.lab.kubectl(&["get", "networktuning", TUNING]);
+            (!out.status.success()).then_some(())
+        });
+        self.wait_for("every node reverted", self.config.step_timeout, || {
+            self.hosts_at(&self.nodes, BASELINE).then_some(())
+        });
         scenarios.insert("d_delete".into(), self.since(reading, self.nodes.len(), 1));
 
         self.lab.stop_helper("fleet-joining");
@@ -299,17 +298,16 @@ impl<'lab> Run<'lab> {
     /// Waits until every node's heartbeat Lease exists.
     fn wait_heartbeats(&self) {
         let want = self.nodes.len();
-        self.lab
-            .wait_for("every agent's heartbeat", self.config.step_timeout, || {
-                let out =
-                    self.lab
-                        .kubectl(&["get", "leases", "-n", crate::NAMESPACE, "-o", "name"]);
-                let count = String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .filter(|l| l.contains("hoststack-agent-fleet-"))
-                    .count();
-                (count >= want).then_some(())
-            });
+        self.wait_for("every agent's heartbeat", self.config.step_timeout, || {
+            let out = self
+                .lab
+                .kubectl(&["get", "leases", "-n", crate::NAMESPACE, "-o", "name"]);
+            let count = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("hoststack-agent-fleet-"))
+                .count();
+            (count >= want).then_some(())
+        });
     }
 
     /// `kubectl apply` of `yaml`.
@@ -322,7 +320,7 @@ impl<'lab> Run<'lab> {
     /// Waits until the tuning's phase is `phase` with every node of `applied` counted applied.
     fn wait_phase(&self, phase: &str, applied: &[String]) {
         let what = format!("phase {phase} with {} nodes applied", applied.len());
-        self.lab.wait_for(&what, self.config.step_timeout, || {
+        self.wait_for(&what, self.config.step_timeout, || {
             let s = self.lab.tuning_status(TUNING);
             let done =
                 s["phase"] == phase && s["appliedNodes"].as_u64() >= Some(applied.len() as u64);
@@ -378,6 +376,26 @@ impl<'lab> Run<'lab> {
             .filter(|v| v.invariant == 2)
             .collect();
         assert!(broken.is_empty(), "maxUnavailable exceeded: {broken:?}");
+    }
+
+    /// [`Lab::wait_for`], polling every [`POLL`]: at scale a poll lists thousands of objects or
+    /// reads thousands of host files, and four a second load the API server it measures.
+    fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut() -> Option<T>,
+    ) -> T {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(done) = check() {
+                return done;
+            }
+            if std::time::Instant::now() >= deadline {
+                return self.lab.wait_for(what, Duration::ZERO, check);
+            }
+            std::thread::sleep(POLL);
+        }
     }
 
     fn reading(&self) -> Reading {
