@@ -249,6 +249,7 @@ impl Reading {
             .count() as u64;
         let per_node = |n: u64| n as f64 / nodes.max(1) as f64;
         let (p50, p99, reconciles) = reconcile_quantiles(&self.operator, &operator);
+        let last = last_finite_bucket(&operator);
         let report = json!({
             "seconds": round(seconds),
             "operatorCpuSeconds": round(cpu - self.operator_cpu),
@@ -261,8 +262,8 @@ impl Reading {
             "apiRequests": requests,
             "operatorWatchEvents": watch_events,
             "reconciles": reconciles,
-            "reconcileP50Ms": p50.map(millis),
-            "reconcileP99Ms": p99.map(millis),
+            "reconcileP50Ms": p50.map(|s| millis(s, last)),
+            "reconcileP99Ms": p99.map(|s| millis(s, last)),
         });
         (report, offset)
     }
@@ -352,13 +353,23 @@ fn reconcile_quantiles(before: &[Sample], after: &[Sample]) -> (Option<f64>, Opt
     (quantile(0.5), quantile(0.99), total as u64)
 }
 
-/// A bucket's upper bound in seconds as milliseconds; the `+Inf` bucket as a string naming the
-/// largest finite bound (the histogram's buckets end at 8.192 s).
-fn millis(seconds: f64) -> Value {
+/// The largest finite bucket bound of the reconcile histogram, in seconds.
+fn last_finite_bucket(samples: &[Sample]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == "hoststack_operator_reconcile_duration_seconds_bucket")
+        .filter_map(|s| s.labels.get("le")?.parse::<f64>().ok())
+        .filter(|b| b.is_finite())
+        .fold(0.0, f64::max)
+}
+
+/// A bucket's upper bound in seconds as milliseconds; past the last finite bucket, a string
+/// naming that bucket (`">65536"`).
+fn millis(seconds: f64, last_finite: f64) -> Value {
     if seconds.is_finite() {
         json!(round(seconds * 1000.0))
     } else {
-        json!(">8192")
+        json!(format!(">{}", round(last_finite * 1000.0)))
     }
 }
 
@@ -406,6 +417,8 @@ mod tests {
         let slow = hist(&[("0.001", 10.0), ("0.002", 10.0), ("+Inf", 20.0)]);
         let (_, p99, _) = reconcile_quantiles(&before, &slow);
         assert_eq!(p99, Some(f64::INFINITY));
-        assert_eq!(millis(f64::INFINITY), json!(">8192"));
+        assert_eq!(last_finite_bucket(&slow), 0.002);
+        assert_eq!(millis(f64::INFINITY, 8.192), json!(">8192"));
+        assert_eq!(millis(0.004, 8.192), json!(4.0));
     }
 }
