@@ -145,7 +145,8 @@ pub struct Probes {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_gateway: Option<bool>,
     /// How long after the transaction the probes run again before the revision is confirmed
-    /// (default 1s).
+    /// (default 1s); each node adds a random part of as much again, so a wave's nodes do not
+    /// probe the API server in the same second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
     pub settle_time: Option<String>,

@@ -28,8 +28,11 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_secs(1);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default time a revision may stay unconfirmed.
 pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(60);
-/// How soon a round of probes that could not reach the API server runs again.
+/// The wait after the first round of probes that could not reach the API server; it doubles
+/// with each further one, up to [`MAX_RETRY`].
 pub const RETRY: Duration = Duration::from_secs(2);
+/// The longest wait between two rounds of probes.
+pub const MAX_RETRY: Duration = Duration::from_secs(16);
 
 /// What a revision's probes ask the agent to check after applying it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,6 +183,10 @@ pub struct Window {
     /// When the next round runs (the settle time first, then after each round that could not
     /// reach the API server).
     pub next_round: u64,
+    /// The last moment a round can start and still end by the deadline (`timeout` before it).
+    pub last_call: u64,
+    /// How many rounds did not confirm.
+    pub failed_rounds: u32,
     /// Why the last round did not confirm.
     pub last_error: Option<String>,
 }
@@ -196,15 +203,22 @@ pub enum Step {
 }
 
 impl Window {
-    /// The window of `revision` applied at `now` under `checks`.
-    pub fn open(revision: &str, checks: &Checks, now: u64) -> Self {
-        let settled_at = now + millis(checks.settle);
+    /// The window of `revision` applied at `now` under `checks`. `jitter` (in `[0, 1)`) places
+    /// the confirming round within `[settle, 2 × settle)`: the nodes of a wave, applied in the
+    /// same second, spread their new connections to the API server over the settle time instead
+    /// of opening them all at once.
+    pub fn open(revision: &str, checks: &Checks, now: u64, jitter: f64) -> Self {
+        let settle = millis(checks.settle);
+        let settled_at = now + settle + scaled(settle, jitter);
+        let deadline = now + millis(checks.confirm_timeout);
         Window {
             revision: revision.to_string(),
             opened_at: now,
             settled_at,
-            deadline: now + millis(checks.confirm_timeout),
+            deadline,
             next_round: settled_at,
+            last_call: deadline.saturating_sub(millis(checks.timeout)),
+            failed_rounds: 0,
             last_error: None,
         }
     }
@@ -231,12 +245,35 @@ impl Window {
         }
     }
 
-    /// Records a round at `now` that did not confirm, for `why`: the next one after
-    /// [`RETRY`].
-    pub fn retry(&mut self, now: u64, why: String) {
+    /// Records a round at `now` that did not confirm, for `why`. The next one runs after a
+    /// [`backoff`] from [`RETRY`] up to [`MAX_RETRY`] (an API server too busy to answer is not
+    /// asked ever more often by every node of a wave), but no later than the last call: the
+    /// window always gets a round that can end by its deadline.
+    pub fn retry(&mut self, now: u64, why: String, jitter: f64) {
         self.last_error = Some(why);
-        self.next_round = now + millis(RETRY);
+        let wait = millis(backoff(RETRY, MAX_RETRY, self.failed_rounds, jitter));
+        self.failed_rounds += 1;
+        self.next_round = if now < self.last_call {
+            (now + wait).min(self.last_call)
+        } else {
+            now + wait
+        };
     }
+}
+
+/// The wait before try `attempt` + 1 (`attempt` from 0) of something that failed: `first`
+/// doubled with each attempt up to `max`, of which `jitter` (in `[0, 1)`) keeps between half and
+/// all (so clients that failed together do not come back together).
+pub fn backoff(first: Duration, max: Duration, attempt: u32, jitter: f64) -> Duration {
+    let full = first
+        .saturating_mul(2u32.saturating_pow(attempt.min(31)))
+        .min(max);
+    full / 2 + Duration::from_millis(scaled(millis(full / 2), jitter))
+}
+
+/// `jitter` (clamped to `[0, 1]`) of `ms` milliseconds.
+fn scaled(ms: u64, jitter: f64) -> u64 {
+    (ms as f64 * jitter.clamp(0.0, 1.0)) as u64
 }
 
 impl Step {
@@ -395,10 +432,10 @@ mod tests {
     #[test]
     fn a_window_settles_probes_retries_and_expires() {
         let checks = Checks::of(None).unwrap().unwrap();
-        let mut w = Window::open("r2", &checks, 1_000_000);
+        let mut w = Window::open("r2", &checks, 1_000_000, 0.0);
         assert_eq!(w.step(1_000_000), Step::Wait(Duration::from_secs(1)));
         assert_eq!(w.step(1_001_000), Step::Probe);
-        w.retry(1_001_000, "probe api-server failed: timed out".into());
+        w.retry(1_001_000, "probe api-server failed: timed out".into(), 1.0);
         assert_eq!(w.step(1_002_000), Step::Wait(Duration::from_secs(1)));
         assert_eq!(w.step(1_003_000), Step::Probe);
         let Step::Expire(why) = w.step(1_060_000) else {
@@ -409,6 +446,63 @@ mod tests {
                 && why.ends_with("probe api-server failed: timed out"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn the_first_round_falls_within_one_settle_time_after_the_settle_time() {
+        let checks = Checks::of(Some(&Probes {
+            settle_time: Some("10s".into()),
+            ..Probes::default()
+        }))
+        .unwrap()
+        .unwrap();
+        let rounds: Vec<u64> = [0.0, 0.25, 0.5, 0.999]
+            .iter()
+            .map(|&j| Window::open("r", &checks, 0, j).next_round)
+            .collect();
+        assert_eq!(rounds, [10_000, 12_500, 15_000, 19_990]);
+    }
+
+    #[test]
+    fn retries_back_off_with_jitter_up_to_the_cap_and_keep_a_last_call() {
+        // Half to all of 2 s, 4 s, 8 s, then 16 s for good.
+        let waits: Vec<(u64, u64)> = (0..6)
+            .map(|k| {
+                let wait = |j| millis(backoff(RETRY, MAX_RETRY, k, j));
+                (wait(0.0), wait(1.0))
+            })
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                (1_000, 2_000),
+                (2_000, 4_000),
+                (4_000, 8_000),
+                (8_000, 16_000),
+                (8_000, 16_000),
+                (8_000, 16_000)
+            ]
+        );
+        assert_eq!(
+            backoff(RETRY, MAX_RETRY, u32::MAX, 0.5),
+            Duration::from_secs(12)
+        );
+
+        // A 60 s window with 5 s probes: the rounds the longest waits leave, then a last call
+        // at 55 s that can still end by the deadline.
+        let checks = Checks::of(None).unwrap().unwrap();
+        let mut w = Window::open("r", &checks, 0, 0.0);
+        let mut rounds = vec![w.next_round];
+        while let Step::Probe = w.step(w.next_round) {
+            let now = w.next_round;
+            w.retry(now, "probe api-server failed: timed out".into(), 1.0);
+            rounds.push(w.next_round);
+        }
+        assert_eq!(
+            rounds,
+            [1_000, 3_000, 7_000, 15_000, 31_000, 47_000, 55_000, 71_000]
+        );
+        assert!(matches!(w.step(60_000), Step::Expire(_)));
     }
 
     #[test]

@@ -547,7 +547,7 @@ impl Agent {
                     .await;
             }
         };
-        let window = Window::open(&revision, &checks, unix_millis());
+        let window = Window::open(&revision, &checks, unix_millis(), fastrand::f64());
         self.metrics
             .work
             .provisional(intent.tuning().unwrap_or_default());
@@ -676,7 +676,7 @@ impl Agent {
     /// Records a round that did not confirm the window's revision.
     fn retry_window(&mut self, why: String) {
         if let Some((window, _)) = &mut self.window {
-            window.retry(unix_millis(), why);
+            window.retry(unix_millis(), why, fastrand::f64());
         }
     }
 

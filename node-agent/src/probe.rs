@@ -18,10 +18,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::confirmation::{Check, Checks, Target, API_SERVER_PROBE, GATEWAY_PROBE};
+use crate::confirmation::{backoff, Check, Checks, Target, API_SERVER_PROBE, GATEWAY_PROBE};
 
-/// The pause between two attempts of one probe.
+/// The pause after the first failed attempt of a probe; it doubles with each further one, up to
+/// [`MAX_ATTEMPT_PAUSE`].
 const ATTEMPT_PAUSE: Duration = Duration::from_millis(250);
+/// The longest pause between two attempts of a probe.
+const MAX_ATTEMPT_PAUSE: Duration = Duration::from_secs(2);
 
 /// What the API-server probe reads back.
 pub struct ApiServer<'a> {
@@ -195,13 +198,14 @@ async fn read_back(probe: &ApiServer<'_>) -> Result<(), String> {
 }
 
 /// Runs `attempt` until it succeeds or `within` has passed (each attempt bounded by what is
-/// left); the last error when none succeeded.
+/// left, the pauses between them backing off with jitter); the last error when none succeeded.
 async fn retried<F, Fut>(within: Duration, mut attempt: F) -> Result<(), String>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
     let deadline = Instant::now() + within;
+    let mut failed = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let error = match timeout(left, attempt()).await {
@@ -209,10 +213,12 @@ where
             Ok(Err(e)) => e,
             Err(_) => format!("no answer within {within:?}"),
         };
-        if Instant::now() + ATTEMPT_PAUSE >= deadline {
+        let pause = backoff(ATTEMPT_PAUSE, MAX_ATTEMPT_PAUSE, failed, fastrand::f64());
+        if Instant::now() + pause >= deadline {
             return Err(error);
         }
-        sleep(ATTEMPT_PAUSE).await;
+        sleep(pause).await;
+        failed += 1;
     }
 }
 
