@@ -46,7 +46,7 @@ use crate::node_config::NodeConfig;
         name = "Rollout",
         type_ = "string",
         json_path = ".spec.rolloutPhase",
-        description = "The node's part in the rollout: canary, wave, stable or baseline"
+        description = "The node's part in the rollout: canary, wave or stable"
     ),
     printcolumn(
         name = "State",
@@ -212,9 +212,12 @@ pub enum RolloutPhase {
     Canary,
     /// Changed in a wave after the canary.
     Wave,
-    /// On the tuning's stable revision.
+    /// Not changed by the rollout in progress, or the rollout is over: what the canary is
+    /// compared with while it lasts.
     Stable,
-    /// Matched but not yet changed: what the canary is compared with.
+    /// No part in any rollout: the agents' label for a node without a spec. The operator no
+    /// longer writes it (earlier builds relabelled every node outside the waves so, one more
+    /// write per node per revision).
     #[default]
     Baseline,
 }

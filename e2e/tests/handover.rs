@@ -303,7 +303,7 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
                     row[2].as_str(),
                     row[3].as_str()
                 ),
-                ("edge-sack", sack.as_str(), "baseline", "newbie"),
+                ("edge-sack", sack.as_str(), "stable", "newbie"),
                 "{node} in wave {i}"
             );
             assert!(on_sack(&lab, node), "{node} keeps edge-sack's values");
@@ -347,7 +347,7 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
     for node in ["node-b", "node-c", "node-d"] {
         assert_eq!(
             (rows[node][0].as_str(), rows[node][2].as_str()),
-            ("newbie", "baseline"),
+            ("newbie", "stable"),
             "{node}"
         );
         assert_eq!(lab.sysctl(node, "net.core.somaxconn"), "4096", "{node}");

@@ -314,10 +314,10 @@ Waves
 │  └─ node-a  canary  Applied  applied <v2> of edge  probes passed
 │     ├─ sysctl net.ipv4.tcp_dsack: 1 → 0 (actual 0)  Applied
 │     └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
-└─ not in a wave (stable or baseline)
-   ├─ node-b  baseline  Applied  applied <v1> of edge  probes passed
+└─ not in a wave (stable)
+   ├─ node-b  stable  Applied  applied <v1> of edge  probes passed
    │  └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
-   └─ node-c  baseline  Applied  applied <v1> of edge  probes passed
+   └─ node-c  stable  Applied  applied <v1> of edge  probes passed
       └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
 ";
     assert_eq!(

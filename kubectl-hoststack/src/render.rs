@@ -172,7 +172,7 @@ pub fn render(tuning: &NetworkTuning, nodes: &[NodeTuning], colour: Colour) -> S
     }
     if !rest.is_empty() {
         tree.child(true, |t| {
-            t.line("not in a wave (stable or baseline)".to_string());
+            t.line("not in a wave (stable)".to_string());
             for (i, node) in rest.iter().enumerate() {
                 t.child(i + 1 == rest.len(), |t| {
                     node_tree(t, node, by_node.get(*node).copied(), colour)
@@ -441,8 +441,8 @@ mod tests {
                 "r2",
                 vec![sack(ItemState::Applied)],
             ),
-            node("node-a", RolloutPhase::Baseline, "r1", vec![]),
-            node("node-b", RolloutPhase::Baseline, "r1", vec![]),
+            node("node-a", RolloutPhase::Stable, "r1", vec![]),
+            node("node-b", RolloutPhase::Stable, "r1", vec![]),
             other,
         ]
     }
@@ -461,9 +461,9 @@ Waves
 │  │  └─ RetransmitRatio  judged 0.002  baseline 0.001  limit 0.01  pass
 │  └─ node-c  canary  Applied  applied r2
 │     └─ sysctl net.ipv4.tcp_sack: 1 → 0 (actual 0)  Applied
-└─ not in a wave (stable or baseline)
-   ├─ node-a  baseline  Applied  applied r1
-   └─ node-b  baseline  Applied  applied r1
+└─ not in a wave (stable)
+   ├─ node-a  stable  Applied  applied r1
+   └─ node-b  stable  Applied  applied r1
 ";
         assert_eq!(text, want, "\n{text}");
     }

@@ -77,7 +77,7 @@ async fn selected_nodes_get_their_specs_and_the_agent_before_their_agents_report
 async fn once_the_agents_report_the_labelled_canary_gets_the_revision() {
     let edge = finalized(tuning("edge", "edge", "1"));
     let revision = edge.spec.config.revision();
-    let waiting = spec_on("edge", None, RolloutPhase::Baseline);
+    let waiting = spec_on("edge", None, RolloutPhase::Stable);
     let (ctx, server) = Context::test(World {
         tunings: vec![edge.clone()],
         nodes: vec![
@@ -140,7 +140,7 @@ async fn each_assignment_is_logged_with_the_tuning_the_node_and_the_revision() {
     let _logging = capture(&log);
     let edge = finalized(tuning("edge", "edge", "1"));
     let revision = edge.spec.config.revision();
-    let waiting = spec_on("edge", None, RolloutPhase::Baseline);
+    let waiting = spec_on("edge", None, RolloutPhase::Stable);
     let (ctx, server) = Context::test(World {
         tunings: vec![edge.clone()],
         nodes: vec![node("node-b", "edge", true, true)],
@@ -224,7 +224,7 @@ async fn a_failed_canary_rolls_every_node_back_to_the_stable_revision() {
             ),
             node_tuning(
                 "node-b",
-                spec_on("edge", Some((&stable, "0")), RolloutPhase::Baseline),
+                spec_on("edge", Some((&stable, "0")), RolloutPhase::Stable),
                 Some((NodeState::Applied, "edge", &stable)),
             ),
         ],
@@ -233,7 +233,7 @@ async fn a_failed_canary_rolls_every_node_back_to_the_stable_revision() {
     let verifier = server.run(Scenario::RolledBack {
         stable: (stable, "0"),
         failed,
-        nodes: ["node-a", "node-b"],
+        canary: "node-a",
     });
     let action = reconcile(Arc::new(edge), ctx).await.expect("reconciled");
     finish(verifier).await;
@@ -276,7 +276,7 @@ async fn a_cache_that_lags_the_own_rolled_back_write_puts_no_node_back_on_the_fa
             ),
             node_tuning(
                 "node-b",
-                spec_on("edge", Some((&stable, "0")), RolloutPhase::Baseline),
+                spec_on("edge", Some((&stable, "0")), RolloutPhase::Stable),
                 Some((NodeState::Applied, "edge", &stable)),
             ),
         ],
@@ -285,7 +285,7 @@ async fn a_cache_that_lags_the_own_rolled_back_write_puts_no_node_back_on_the_fa
     let verifier = server.run(Scenario::RolledBack {
         stable: (stable.clone(), "0"),
         failed: failed.clone(),
-        nodes: ["node-a", "node-b"],
+        canary: "node-a",
     });
     reconcile(Arc::new(edge.clone()), ctx.clone())
         .await
