@@ -519,6 +519,70 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         third.elapsed().as_secs_f64()
     );
 
+    // ---- a Node deleted takes its NodeTuning with it ---------------------------------------
+    // The operator makes each NodeTuning owned by its Node, so the garbage collector (in the
+    // lab's kube-controller-manager) deletes it with the Node: a pool that replaces nodes does
+    // not pile up NodeTunings of nodes long gone, and the operator does not write one back.
+    // node-b's agent, still running, sees its NodeTuning gone and puts the host back as it
+    // was. (The kubelet does not register a deleted Node again until it restarts: 1.37's
+    // registerWithAPIServer runs once.)
+    let matched = jsonpath(
+        &lab,
+        &["get", "networktuning", "edge"],
+        "{.status.matchedNodes}",
+    );
+    let node_uid = jsonpath(&lab, &["get", "node", "node-b"], "{.metadata.uid}");
+    let owner = jsonpath(
+        &lab,
+        &["get", "nodetuning", "node-b"],
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].uid}",
+    );
+    assert_eq!(
+        owner,
+        format!("Node/{node_uid}"),
+        "node-b's NodeTuning is owned by its Node"
+    );
+    kubectl_ok(&lab, &["delete", "node", "node-b", "--wait=true"]);
+    lab.wait_for(
+        "node-b's NodeTuning collected with its Node",
+        CONVERGE,
+        || {
+            let out = lab.kubectl(&[
+                "get",
+                "nodetuning",
+                "node-b",
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ]);
+            (out.status.success() && out.stdout.is_empty()).then_some(())
+        },
+    );
+    lab.wait_for("the operator to count one node fewer", CONVERGE, || {
+        let now = jsonpath(
+            &lab,
+            &["get", "networktuning", "edge"],
+            "{.status.matchedNodes}",
+        );
+        (now.parse::<u32>().ok()? + 1 == matched.parse::<u32>().ok()?).then_some(())
+    });
+    let out = lab.kubectl(&[
+        "get",
+        "nodetuning",
+        "node-b",
+        "--ignore-not-found",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        out.stdout.is_empty(),
+        "the operator wrote node-b's NodeTuning back: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    lab.wait_for("node-b's host back as it was", CONVERGE, || {
+        (sysctls(&lab, "node-b") == originals["node-b"]).then_some(())
+    });
+
     // ---- helm uninstall -------------------------------------------------------------------
     helm_ok(
         &lab,
@@ -545,19 +609,17 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         kubectl_ok(&lab, &["get", "crd", crd]);
     }
     kubectl_ok(&lab, &["get", "networktuning", "edge"]);
-    for node in ["node-a", "node-b"] {
-        kubectl_ok(&lab, &["get", "nodetuning", node]);
-        let label = jsonpath(
-            &lab,
-            &["get", "node", node],
-            "{.metadata.labels.hoststack\\.dev/agent}",
-        );
-        assert_eq!(label, "true", "{node} keeps its hoststack.dev/agent label");
+    kubectl_ok(&lab, &["get", "nodetuning", "node-a"]);
+    let label = jsonpath(
+        &lab,
+        &["get", "node", "node-a"],
+        "{.metadata.labels.hoststack\\.dev/agent}",
+    );
+    assert_eq!(label, "true", "node-a keeps its hoststack.dev/agent label");
+    assert_eq!(sysctls(&lab, "node-a"), first, "node-a keeps its tuning");
+    for node in ["node-b", "node-c"] {
+        assert_eq!(sysctls(&lab, node), originals[node], "{node}");
     }
-    for node in ["node-a", "node-b"] {
-        assert_eq!(sysctls(&lab, node), first, "{node} keeps its tuning");
-    }
-    assert_eq!(sysctls(&lab, "node-c"), originals["node-c"]);
     for (kind, name) in [
         ("deployment", "hoststack-operator"),
         ("daemonset", "hoststack-agent"),

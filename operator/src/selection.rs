@@ -16,6 +16,8 @@ use kube::ResourceExt;
 pub struct NodeLabels {
     /// Node name.
     pub name: String,
+    /// Its uid: its NodeTuning's owner, so that deleting the Node deletes the NodeTuning.
+    pub uid: String,
     /// Its labels.
     pub labels: BTreeMap<String, String>,
 }
@@ -119,6 +121,7 @@ mod tests {
     fn node(name: &str, pool: &str) -> NodeLabels {
         NodeLabels {
             name: name.into(),
+            uid: format!("uid-{name}"),
             labels: [("pool".to_string(), pool.to_string())].into(),
         }
     }

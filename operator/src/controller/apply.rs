@@ -246,9 +246,14 @@ impl<'a> Apply<'a> {
                 .node_tunings
                 .get(node)
                 .map(|nt| nt.spec.without_preview());
+            // Selected nodes are in the snapshot's nodes, uid and all.
+            let Some(uid) = snap.node_uids.get(node) else {
+                continue;
+            };
             if current.as_ref() != Some(&spec) {
                 specs.push(SpecWrite {
                     node: node.clone(),
+                    node_uid: uid.clone(),
                     spec,
                     why: Why::Assign,
                 });
@@ -260,8 +265,9 @@ impl<'a> Apply<'a> {
         specs.extend(
             unselected(snap, &self.name)
                 .into_iter()
-                .map(|node| SpecWrite {
+                .map(|(node, node_uid)| SpecWrite {
                     node,
+                    node_uid,
                     spec: withdrawn_spec(),
                     why: Why::Unselected,
                 }),
@@ -334,9 +340,11 @@ fn holding(name: &str, spec: &NodeTuningSpec) -> Holding {
 }
 
 /// The nodes no tuning governs whose spec still names tuning `name` or a tuning that no longer
-/// lives (deleted while another tuning kept its revision on the node): their specs are to be
-/// withdrawn.
-pub fn unselected(snap: &Snapshot, name: &str) -> Vec<String> {
+/// lives (deleted while another tuning kept its revision on the node), with their uids: their
+/// specs are to be withdrawn. A node that left the cluster is not among them: its NodeTuning
+/// goes with it (the garbage collector deletes what the Node owns), and a write would bring it
+/// back as an orphan.
+pub fn unselected(snap: &Snapshot, name: &str) -> Vec<(String, String)> {
     let live = |t: &str| {
         snap.tunings
             .iter()
@@ -351,7 +359,7 @@ pub fn unselected(snap: &Snapshot, name: &str) -> Vec<String> {
                 .as_deref()
                 .is_some_and(|t| t == name || !live(t))
         })
-        .map(|(node, _)| node.clone())
+        .filter_map(|(node, _)| Some((node.clone(), snap.node_uids.get(node)?.clone())))
         .collect()
 }
 
@@ -644,7 +652,11 @@ mod tests {
             world
                 .nodes
                 .into_iter()
-                .map(|(name, labels)| NodeLabels { name, labels })
+                .map(|(name, labels)| NodeLabels {
+                    uid: format!("uid-{name}"),
+                    name,
+                    labels,
+                })
                 .collect(),
             world.node_tunings,
             world.heartbeats.iter(),
@@ -840,6 +852,24 @@ mod tests {
                     ("a", Some(&r2), Some(RolloutPhase::Canary), Why::Assign),
                     ("c", None, None, Why::Unselected),
                 ],
+                vec!["WaveStarted"],
+                Phase::Progressing,
+                Next::Requeue(RESYNC),
+            ),
+            (
+                "a node that left the cluster is not written: its NodeTuning goes with it",
+                with(None, None),
+                World {
+                    nodes: vec![node("a", "edge", true, false)],
+                    node_tunings: vec![
+                        reported("a", NodeState::Idle, ""),
+                        reported("gone", NodeState::Idle, ""),
+                    ],
+                    heartbeats: alive.clone(),
+                    ..World::default()
+                },
+                history(&[(&r2, "1")]),
+                vec![("a", Some(&r2), Some(RolloutPhase::Canary), Why::Assign)],
                 vec!["WaveStarted"],
                 Phase::Progressing,
                 Next::Requeue(RESYNC),

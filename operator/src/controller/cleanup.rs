@@ -23,14 +23,15 @@ pub fn decide(tuning: &NetworkTuning, snap: &Snapshot, revert_timeout: Duration)
     let name = tuning.name_any();
     let specs: Vec<SpecWrite> = unselected(snap, &name)
         .into_iter()
-        .filter(|node| {
+        .filter(|(node, _)| {
             // Already withdrawn: nothing to write.
             snap.node_tunings
                 .get(node)
                 .is_some_and(|nt| nt.spec.without_preview() != withdrawn_spec())
         })
-        .map(|node| SpecWrite {
+        .map(|(node, node_uid)| SpecWrite {
             node,
+            node_uid,
             spec: withdrawn_spec(),
             why: Why::Deleted,
         })
@@ -145,7 +146,11 @@ mod tests {
             world
                 .nodes
                 .into_iter()
-                .map(|(name, labels)| NodeLabels { name, labels })
+                .map(|(name, labels)| NodeLabels {
+                    uid: format!("uid-{name}"),
+                    name,
+                    labels,
+                })
                 .collect(),
             world.node_tunings,
             world.heartbeats.iter(),

@@ -69,6 +69,8 @@ pub enum Gauges {
 pub struct SpecWrite {
     /// The node (and NodeTuning) name.
     pub node: String,
+    /// The node's uid, the NodeTuning's owner.
+    pub node_uid: String,
     /// The whole spec the operator owns.
     pub spec: NodeTuningSpec,
     /// Why it is written.

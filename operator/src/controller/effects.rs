@@ -10,6 +10,7 @@ use hoststack_crds::{
     NetworkTuning, NetworkTuningStatus, NodeTuning, AGENT_NODE_LABEL, OPERATOR_FIELD_MANAGER,
 };
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Event;
@@ -109,7 +110,15 @@ async fn write_spec(ctx: &Context, tuning: &str, write: SpecWrite) -> Result<()>
         write.why.message()
     );
     let api = Api::<NodeTuning>::all(ctx.client.clone());
-    let nt = NodeTuning::new(&write.node, write.spec);
+    let mut nt = NodeTuning::new(&write.node, write.spec);
+    // Owned by its Node: deleting the Node deletes it (the garbage collector).
+    nt.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: write.node.clone(),
+        uid: write.node_uid,
+        ..OwnerReference::default()
+    }]);
     let written = api
         .patch(
             &write.node,

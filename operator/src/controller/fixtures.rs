@@ -213,6 +213,7 @@ impl Context {
             .into_iter()
             .map(|(name, labels)| {
                 ObjectMeta {
+                    uid: Some(format!("uid-{name}")),
                     name: Some(name),
                     labels: Some(labels),
                     ..ObjectMeta::default()
@@ -611,6 +612,11 @@ impl ApiServerVerifier {
     /// The spec of `node`'s NodeTuning, applied whole; `check` looks at it.
     async fn spec(mut self, node: &str, check: impl FnOnce(&Value)) -> Self {
         let (body, send) = self.expect_apply(&format!("{NODE_TUNINGS}/{node}")).await;
+        assert_eq!(
+            body["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": format!("uid-{node}")}]),
+            "owned by its Node"
+        );
         check(&body["spec"]);
         let spec: NodeTuningSpec =
             serde_json::from_value(body["spec"].clone()).expect("a NodeTuningSpec");

@@ -271,6 +271,7 @@ impl Context {
             .iter()
             .map(|n| NodeLabels {
                 name: n.name_any(),
+                uid: n.uid().unwrap_or_default(),
                 labels: n.labels().clone(),
             })
             .collect();

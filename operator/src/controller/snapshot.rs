@@ -52,6 +52,8 @@ pub struct Snapshot {
     pub tunings: Vec<Arc<NetworkTuning>>,
     /// Every node's name and labels.
     pub nodes: Vec<NodeLabels>,
+    /// Every node's uid, by name.
+    pub node_uids: BTreeMap<String, String>,
     /// Every NodeTuning, by node name.
     pub node_tunings: BTreeMap<String, Arc<NodeTuning>>,
     /// Which tuning governs which node.
@@ -87,6 +89,10 @@ impl Snapshot {
                 .filter_map(|lease| heartbeat_node(lease, now))
                 .collect(),
             tunings,
+            node_uids: nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.uid.clone()))
+                .collect(),
             nodes,
             assignment,
             status_writes: BTreeMap::new(),
