@@ -104,16 +104,20 @@ struct Shared {
 #[derive(Debug)]
 pub struct Supervisor {
     shared: Arc<Shared>,
-    monitor: Option<JoinHandle<()>>,
+    /// The monitor thread, started by the first runner to watch (none on a node that runs no
+    /// user-space stack: a fleet of thousands of agents in one process would otherwise wake
+    /// thousands of threads ten times a second).
+    monitor: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Supervisor {
     /// A supervisor of `binary` keeping its files under `<state_dir>/userstack`, checking XDP
     /// hooks through `host`. Takes over the runner of the pid record when it still runs, and
-    /// starts the monitor thread.
+    /// then starts the monitor thread.
     pub fn new(binary: &Path, state_dir: &Path, backoff: Backoff, host: Host) -> Self {
         let dir = state_dir.join("userstack");
         let running = adopt(&dir);
+        let adopted = running.is_some();
         if let Some(r) = &running {
             tracing::info!(
                 pid = r.pid,
@@ -131,14 +135,26 @@ impl Supervisor {
             }),
             quit: AtomicBool::new(false),
         });
-        let monitor = {
-            let shared = shared.clone();
-            std::thread::Builder::new()
+        let supervisor = Supervisor {
+            shared,
+            monitor: Mutex::new(None),
+        };
+        if adopted {
+            supervisor.watch();
+        }
+        supervisor
+    }
+
+    /// Starts the monitor thread unless it runs.
+    fn watch(&self) {
+        let mut monitor = self.monitor.lock().unwrap_or_else(PoisonError::into_inner);
+        if monitor.is_none() {
+            let shared = self.shared.clone();
+            *monitor = std::thread::Builder::new()
                 .name("userstack-supervisor".into())
                 .spawn(move || shared.monitor())
-                .ok()
-        };
-        Supervisor { shared, monitor }
+                .ok();
+        }
     }
 
     /// The runner's stats file.
@@ -149,6 +165,7 @@ impl Supervisor {
     /// Runs the stack as `wanted` says: keeps a runner with the same config (also one found at
     /// start), replaces one with another config (stopping it gracefully first), or starts one.
     pub fn ensure(&self, wanted: Wanted) -> Result<(), String> {
+        self.watch();
         let mut state = self.shared.lock();
         let same = state
             .running
@@ -238,7 +255,11 @@ impl Drop for Supervisor {
     /// Ends the monitor thread; the runner keeps running (see the module doc).
     fn drop(&mut self) {
         self.shared.quit.store(true, Ordering::Relaxed);
-        if let Some(monitor) = self.monitor.take() {
+        let monitor = self
+            .monitor
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(monitor) = monitor.take() {
             let _ = monitor.join();
         }
     }
@@ -490,6 +511,20 @@ mod tests {
         let pid = child.id();
         child.wait().expect("wait");
         assert_eq!(start_time(pid), None);
+    }
+
+    #[test]
+    fn a_supervisor_with_no_runner_to_watch_runs_no_thread() {
+        let dir = std::env::temp_dir().join(format!("supervisor-idle-{}", std::process::id()));
+        let host = Host::new(Path::new("/proc"), Path::new("/sys"));
+        let supervisor = Supervisor::new(Path::new("/bin/false"), &dir, Backoff::default(), host);
+        let monitor = |s: &Supervisor| s.monitor.lock().unwrap().is_some();
+        assert!(!monitor(&supervisor), "no runner adopted, none wanted");
+        assert_eq!(supervisor.status(), None);
+        supervisor.stop().expect("nothing to stop");
+        assert!(!monitor(&supervisor), "stopping nothing starts nothing");
+        drop(supervisor);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
