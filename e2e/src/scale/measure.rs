@@ -110,6 +110,29 @@ pub fn reset_peak(pid: u32) {
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
 }
 
+/// What a lab process counts as in a scale report: the operator, the agents (the fleets), the
+/// API server or etcd; `None` for anything else.
+fn component(process: &str) -> Option<&'static str> {
+    match process {
+        "operator" => Some("operator"),
+        "kube-apiserver" => Some("apiServer"),
+        "etcd" => Some("etcd"),
+        p if p.starts_with("fleet") => Some("agents"),
+        _ => None,
+    }
+}
+
+/// CPU seconds each component's running processes have used so far.
+fn component_cpu(lab: &Lab) -> BTreeMap<&'static str, f64> {
+    let mut cpu = BTreeMap::new();
+    for (name, pid) in lab.processes() {
+        if let (Some(c), Some((seconds, _))) = (component(&name), cpu_and_peak(pid)) {
+            *cpu.entry(c).or_insert(0.0) += seconds;
+        }
+    }
+    cpu
+}
+
 /// The lab's operator process.
 pub fn operator_pid(lab: &Lab) -> Option<u32> {
     lab.processes()
@@ -172,6 +195,8 @@ pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, Strin
 pub struct Reading {
     at: Instant,
     operator_cpu: f64,
+    /// CPU seconds by component ([`component_cpu`]).
+    cpu: BTreeMap<&'static str, f64>,
     apiserver: Vec<Sample>,
     operator: Vec<Sample>,
     audit_offset: u64,
@@ -188,6 +213,7 @@ impl Reading {
         Reading {
             at: Instant::now(),
             operator_cpu,
+            cpu: component_cpu(lab),
             apiserver: apiserver_samples(lab),
             operator: scrape(lab.operator_metrics_address())
                 .map(|t| samples(&t))
@@ -204,6 +230,12 @@ impl Reading {
         let counted = self.at.elapsed().as_secs_f64();
         let pid = operator_pid(lab);
         let (cpu, peak) = pid.and_then(cpu_and_peak).unwrap_or((0.0, 0));
+        // A fleet that started during the scenario counts from zero; one that stopped during it
+        // is left out (the leaving nodes' hundred agents).
+        let cpu_by_component: BTreeMap<&str, f64> = component_cpu(lab)
+            .into_iter()
+            .map(|(c, now)| (c, round(now - self.cpu.get(c).copied().unwrap_or(0.0))))
+            .collect();
         let apiserver = apiserver_samples(lab);
         let operator = scrape(lab.operator_metrics_address())
             .map(|t| samples(&t))
@@ -253,6 +285,7 @@ impl Reading {
         let report = json!({
             "seconds": round(seconds),
             "operatorCpuSeconds": round(cpu - self.operator_cpu),
+            "cpuSeconds": cpu_by_component,
             "operatorPeakRssMiB": round(peak as f64 / (1024.0 * 1024.0)),
             "operatorWrites": operator_writes,
             "operatorWritesPerNodePerRevision": round(per_node(operator_writes) / revisions.max(1) as f64),
@@ -381,6 +414,32 @@ fn round(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_count_as_their_component() {
+        let named: Vec<Option<&str>> = [
+            "operator",
+            "fleet",
+            "fleet-joining",
+            "kube-apiserver",
+            "etcd",
+            "prometheus",
+        ]
+        .iter()
+        .map(|p| component(p))
+        .collect();
+        assert_eq!(
+            named,
+            [
+                Some("operator"),
+                Some("agents"),
+                Some("agents"),
+                Some("apiServer"),
+                Some("etcd"),
+                None
+            ]
+        );
+    }
 
     #[test]
     fn samples_with_and_without_labels() {
