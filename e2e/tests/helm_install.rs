@@ -542,21 +542,24 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         format!("Node/{node_uid}"),
         "node-b's NodeTuning is owned by its Node"
     );
+    // `Some(true)` while node-b's NodeTuning exists, `Some(false)` once it is gone.
+    let node_b_tuning_exists = |lab: &Lab| {
+        let args = [
+            "get",
+            "nodetuning",
+            "node-b",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ];
+        let out = lab.kubectl(&args);
+        out.status.success().then_some(!out.stdout.is_empty())
+    };
     kubectl_ok(&lab, &["delete", "node", "node-b", "--wait=true"]);
     lab.wait_for(
         "node-b's NodeTuning collected with its Node",
         CONVERGE,
-        || {
-            let out = lab.kubectl(&[
-                "get",
-                "nodetuning",
-                "node-b",
-                "--ignore-not-found",
-                "-o",
-                "name",
-            ]);
-            (out.status.success() && out.stdout.is_empty()).then_some(())
-        },
+        || (node_b_tuning_exists(&lab) == Some(false)).then_some(()),
     );
     lab.wait_for("the operator to count one node fewer", CONVERGE, || {
         let now = jsonpath(
@@ -566,18 +569,10 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         );
         (now.parse::<u32>().ok()? + 1 == matched.parse::<u32>().ok()?).then_some(())
     });
-    let out = lab.kubectl(&[
-        "get",
-        "nodetuning",
-        "node-b",
-        "--ignore-not-found",
-        "-o",
-        "name",
-    ]);
-    assert!(
-        out.stdout.is_empty(),
-        "the operator wrote node-b's NodeTuning back: {}",
-        String::from_utf8_lossy(&out.stdout)
+    assert_eq!(
+        node_b_tuning_exists(&lab),
+        Some(false),
+        "the operator wrote node-b's NodeTuning back"
     );
     lab.wait_for("node-b's host back as it was", CONVERGE, || {
         (sysctls(&lab, "node-b") == originals["node-b"]).then_some(())
