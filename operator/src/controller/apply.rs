@@ -639,29 +639,13 @@ mod tests {
     };
     use crate::controller::snapshot::StatusWrite;
     use crate::rollout::history::Entry;
-    use crate::selection::NodeLabels;
     use hoststack_crds::{NodeState, NodeTuning, Rollout, RolloutPhase, WaveStatus};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use k8s_openapi::jiff::Timestamp;
-    use std::sync::Arc;
 
     /// The snapshot of `world` now (the heartbeats are renewed now).
     fn snapshot(world: World) -> Snapshot {
-        Snapshot::new(
-            world.tunings.into_iter().map(Arc::new).collect(),
-            world
-                .nodes
-                .into_iter()
-                .map(|(name, labels)| NodeLabels {
-                    uid: format!("uid-{name}"),
-                    name,
-                    labels,
-                })
-                .collect(),
-            world.node_tunings,
-            world.heartbeats.iter(),
-            Timestamp::now(),
-        )
+        world.snapshot_at(Timestamp::now())
     }
 
     /// The history recording each `(revision, sack)`.

@@ -5,7 +5,6 @@
 //! staged rollout, canary first (its history keeps a copy of the revision the node runs, for a
 //! rollback). A node that left the cluster is not waited for. Pure, like [`super::apply`].
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use hoststack_crds::{NetworkTuning, NodeState};
@@ -38,11 +37,10 @@ pub fn decide(tuning: &NetworkTuning, snap: &Snapshot, revert_timeout: Duration)
         .collect();
 
     // A node that left the cluster (its Node object deleted) has no agent to confirm a revert.
-    let present: BTreeSet<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
     let pending: Vec<String> = snap
         .node_tunings
         .iter()
-        .filter(|(node, _)| present.contains(node.as_str()))
+        .filter(|(node, _)| snap.node_uids.contains_key(*node))
         .filter(|(node, _)| !snap.assignment.governor.contains_key(*node))
         .filter(|(_, nt)| {
             let spec_ours = nt.spec.tuning.as_deref() == Some(name.as_str());
@@ -133,29 +131,13 @@ mod tests {
     use super::*;
     use crate::controller::fixtures::{deleted, node, node_tuning, spec_on, tuning, World};
     use crate::controller::writes::AgentLabel;
-    use crate::selection::NodeLabels;
     use hoststack_crds::{Mode, NodeTuningSpec, RolloutPhase};
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
-    use std::sync::Arc;
 
     const TIMEOUT: Duration = Duration::from_secs(120);
 
     fn snapshot(world: World, now: Timestamp) -> Snapshot {
-        Snapshot::new(
-            world.tunings.into_iter().map(Arc::new).collect(),
-            world
-                .nodes
-                .into_iter()
-                .map(|(name, labels)| NodeLabels {
-                    uid: format!("uid-{name}"),
-                    name,
-                    labels,
-                })
-                .collect(),
-            world.node_tunings,
-            world.heartbeats.iter(),
-            now,
-        )
+        world.snapshot_at(now)
     }
 
     fn condition<'a>(d: &'a Decision, type_: &str) -> (&'a str, &'a str) {

@@ -31,8 +31,10 @@ use kube::{Client, Resource};
 use serde_json::{json, Value};
 use tower_test::mock::{Handle, SendResponse};
 
+use super::snapshot::Snapshot;
 use super::Context;
 use crate::metrics::Metrics;
+use crate::selection::NodeLabels;
 
 /// The uid of every test tuning (the owner of its revision history).
 pub const UID: &str = "uid-edge";
@@ -185,6 +187,31 @@ pub struct World {
     pub heartbeats: Vec<Lease>,
 }
 
+impl World {
+    /// The snapshot of this world at `now`.
+    pub fn snapshot_at(self, now: Timestamp) -> Snapshot {
+        Snapshot::new(
+            self.tunings.into_iter().map(Arc::new).collect(),
+            self.nodes
+                .into_iter()
+                .map(|(name, labels)| NodeLabels {
+                    uid: node_uid(&name),
+                    name,
+                    labels,
+                })
+                .collect(),
+            self.node_tunings,
+            self.heartbeats.iter(),
+            now,
+        )
+    }
+}
+
+/// The uid of node `name`'s Node object in these fixtures.
+pub fn node_uid(name: &str) -> String {
+    format!("uid-{name}")
+}
+
 /// A store holding `objects`, ready.
 fn store<K>(objects: Vec<K>) -> Store<K>
 where
@@ -213,7 +240,7 @@ impl Context {
             .into_iter()
             .map(|(name, labels)| {
                 ObjectMeta {
-                    uid: Some(format!("uid-{name}")),
+                    uid: Some(node_uid(&name)),
                     name: Some(name),
                     labels: Some(labels),
                     ..ObjectMeta::default()
@@ -614,7 +641,7 @@ impl ApiServerVerifier {
         let (body, send) = self.expect_apply(&format!("{NODE_TUNINGS}/{node}")).await;
         assert_eq!(
             body["metadata"]["ownerReferences"],
-            json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": format!("uid-{node}")}]),
+            json!([{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid(node)}]),
             "owned by its Node"
         );
         check(&body["spec"]);
