@@ -526,11 +526,16 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
     // node-b's agent, still running, sees its NodeTuning gone and puts the host back as it
     // was. (The kubelet does not register a deleted Node again until it restarts: 1.37's
     // registerWithAPIServer runs once.)
-    let matched = jsonpath(
-        &lab,
-        &["get", "networktuning", "edge"],
-        "{.status.matchedNodes}",
-    );
+    let matched_nodes = |lab: &Lab| {
+        jsonpath(
+            lab,
+            &["get", "networktuning", "edge"],
+            "{.status.matchedNodes}",
+        )
+        .parse::<u32>()
+        .ok()
+    };
+    let matched = matched_nodes(&lab).expect("edge's matchedNodes");
     let node_uid = jsonpath(&lab, &["get", "node", "node-b"], "{.metadata.uid}");
     let owner = jsonpath(
         &lab,
@@ -562,12 +567,7 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
         || (node_b_tuning_exists(&lab) == Some(false)).then_some(()),
     );
     lab.wait_for("the operator to count one node fewer", CONVERGE, || {
-        let now = jsonpath(
-            &lab,
-            &["get", "networktuning", "edge"],
-            "{.status.matchedNodes}",
-        );
-        (now.parse::<u32>().ok()? + 1 == matched.parse::<u32>().ok()?).then_some(())
+        (matched_nodes(&lab)? + 1 == matched).then_some(())
     });
     assert_eq!(
         node_b_tuning_exists(&lab),

@@ -194,7 +194,6 @@ pub fn audit_writes_since(lab: &Lab, offset: u64) -> (Vec<(String, String, Strin
 /// The state of everything measured, at one moment.
 pub struct Reading {
     at: Instant,
-    operator_cpu: f64,
     /// CPU seconds by component ([`component_cpu`]).
     cpu: BTreeMap<&'static str, f64>,
     apiserver: Vec<Sample>,
@@ -205,14 +204,11 @@ pub struct Reading {
 impl Reading {
     /// Reads everything now (and starts a new peak-memory measurement of the operator).
     pub fn take(lab: &Lab, audit_offset: u64) -> Reading {
-        let pid = operator_pid(lab);
-        let operator_cpu = pid.and_then(cpu_and_peak).map_or(0.0, |(cpu, _)| cpu);
-        if let Some(pid) = pid {
+        if let Some(pid) = operator_pid(lab) {
             reset_peak(pid);
         }
         Reading {
             at: Instant::now(),
-            operator_cpu,
             cpu: component_cpu(lab),
             apiserver: apiserver_samples(lab),
             operator: scrape(lab.operator_metrics_address())
@@ -228,8 +224,9 @@ impl Reading {
     pub fn since(&self, lab: &Lab, nodes: usize, revisions: usize, done: Instant) -> (Value, u64) {
         let seconds = done.duration_since(self.at).as_secs_f64();
         let counted = self.at.elapsed().as_secs_f64();
-        let pid = operator_pid(lab);
-        let (cpu, peak) = pid.and_then(cpu_and_peak).unwrap_or((0.0, 0));
+        let peak = operator_pid(lab)
+            .and_then(cpu_and_peak)
+            .map_or(0, |(_, peak)| peak);
         // A fleet that started during the scenario counts from zero; one that stopped during it
         // is left out (the leaving nodes' hundred agents).
         let cpu_by_component: BTreeMap<&str, f64> = component_cpu(lab)
@@ -284,7 +281,7 @@ impl Reading {
         let last = last_finite_bucket(&operator);
         let report = json!({
             "seconds": round(seconds),
-            "operatorCpuSeconds": round(cpu - self.operator_cpu),
+            "operatorCpuSeconds": cpu_by_component.get("operator").copied().unwrap_or(0.0),
             "cpuSeconds": cpu_by_component,
             "operatorPeakRssMiB": round(peak as f64 / (1024.0 * 1024.0)),
             "operatorWrites": operator_writes,
