@@ -19,6 +19,7 @@
 pub mod clients;
 mod command;
 mod config;
+pub mod evaluation;
 pub mod faults;
 mod lab;
 mod process;

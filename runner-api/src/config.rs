@@ -40,6 +40,10 @@ pub struct RunnerConfig {
     /// configured key over the shards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss: Option<RssConfig>,
+    /// Connections the stack opens itself (the evaluation's bulk senders; the agent
+    /// configures none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<ClientConfig>,
 }
 
 fn default_drain_timeout_ms() -> u64 {
@@ -122,6 +126,27 @@ pub enum ServiceKind {
     Http,
 }
 
+/// Connections the stack opens to one remote endpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientConfig {
+    /// What each connection does.
+    pub kind: ClientKind,
+    /// The remote endpoint, `a.b.c.d:port`.
+    pub remote: String,
+    /// How many connections, opened at start and spread over the shards.
+    pub connections: u32,
+}
+
+/// What a client connection does.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    /// Sends as fast as the connection takes, until the runner stops; discards what it
+    /// receives.
+    #[serde(rename = "bulk")]
+    Bulk,
+}
+
 /// DPDK settings (backend `dpdk` only).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -193,6 +218,11 @@ mod tests {
                 key: "6d5a56da".into(),
                 indirection: vec![0, 1, 0, 1],
             }),
+            clients: vec![ClientConfig {
+                kind: ClientKind::Bulk,
+                remote: "198.18.2.1:9".into(),
+                connections: 4,
+            }],
         };
         let json = json!({
             "interface": "eth1",
@@ -215,7 +245,8 @@ mod tests {
                 "pciAddress": "0000:00:04.0", "hugepageDir": "/dev/hugepages",
                 "mempoolMbufs": 4096
             },
-            "rss": { "key": "6d5a56da", "indirection": [0, 1, 0, 1] }
+            "rss": { "key": "6d5a56da", "indirection": [0, 1, 0, 1] },
+            "clients": [{ "kind": "bulk", "remote": "198.18.2.1:9", "connections": 4 }]
         });
         (config, json)
     }
@@ -236,6 +267,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.tcp, TcpOptions::default());
         assert!(config.services.is_empty());
+        assert!(config.clients.is_empty());
         assert_eq!(config.drain_timeout_ms, DEFAULT_DRAIN_TIMEOUT_MS);
         assert_eq!(
             (config.gateway, config.dpdk, config.rss),
@@ -276,6 +308,7 @@ mod tests {
             ("pciAddress", "pci"),
             ("indirection", "table"),
             ("\"port\":80", "\"listen\":80"),
+            ("connections", "flows"),
         ];
         let text = json.to_string();
         for (from, to) in renames {

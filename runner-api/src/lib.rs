@@ -25,8 +25,8 @@ pub mod config;
 pub mod stats;
 
 pub use config::{
-    Backend, CongestionControl, DpdkConfig, RssConfig, RunnerConfig, ServiceConfig, ServiceKind,
-    TcpOptions, DEFAULT_DRAIN_TIMEOUT_MS,
+    Backend, ClientConfig, ClientKind, CongestionControl, DpdkConfig, RssConfig, RunnerConfig,
+    ServiceConfig, ServiceKind, TcpOptions, DEFAULT_DRAIN_TIMEOUT_MS,
 };
 pub use stats::{
     RunState, RunnerStats, ServiceStats, ShardStats, SteeringSource, SteeringStats, StopStats,

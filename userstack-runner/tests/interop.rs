@@ -704,3 +704,48 @@ impl Client {
         got
     }
 }
+
+/// The bulk client (config `clients`): the runner opens two connections to a kernel sink in
+/// the client namespace and keeps them full; both carry data (the sink reads a MiB on each)
+/// until SIGTERM, which closes them gracefully: the sink reads end-of-stream, not a reset.
+#[test]
+fn bulk_clients_fill_a_kernel_sink() {
+    in_namespaces("bulk_clients_fill_a_kernel_sink", || {
+        veth("usv0", "usv1", 64);
+        let sink = as_client(|| TcpListener::bind(("198.19.64.2", 5001)).unwrap());
+        let mut config = runner_config("x", 2000);
+        config["clients"] = serde_json::json!([
+            { "kind": "bulk", "remote": "198.19.64.2:5001", "connections": 2 }
+        ]);
+        let mut runner = Runner::start(&config);
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (stream, peer) = sink.accept().unwrap();
+                assert_eq!(peer.ip(), std::net::IpAddr::V4(STACK_IP));
+                stream.set_read_timeout(Some(PATIENCE)).unwrap();
+                std::thread::spawn(move || {
+                    let mut stream = stream;
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    let mut total = 0usize;
+                    loop {
+                        match stream.read(&mut buffer) {
+                            Ok(0) => return (total, true),
+                            Ok(n) => total += n,
+                            Err(_) => return (total, false),
+                        }
+                    }
+                })
+            })
+            .collect();
+        runner.wait_for(|s| s["shards"][0]["connections"] == 2);
+        // About 5.8 MB sent: over a MiB on each connection.
+        let stats = runner.wait_for(|s| s["netstat"]["Tcp"]["OutSegs"].as_u64() > Some(4000));
+        assert_eq!(stats["netstat"]["Tcp"]["ActiveOpens"], 2, "{stats}");
+        runner.stop();
+        for reader in readers {
+            let (read, ended) = reader.join().unwrap();
+            assert!(read >= 1 << 20, "the sink read only {read} bytes");
+            assert!(ended, "the connection ended with an error, not a FIN");
+        }
+    });
+}

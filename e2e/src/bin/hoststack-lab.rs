@@ -22,6 +22,11 @@
 //!   rollout with nodes joining and leaving, a regression rolled back, delete), prints the
 //!   JSON report and tears everything down. Build it with `--release` for figures that mean
 //!   something (docs/operator.md, Scale).
+//! - `hoststack-lab evaluate [--seconds 30] [--warmup 10] [--write docs]` runs the evaluation's
+//!   rows on a VM node's netem link, Linux's TCP beside the user-space stack
+//!   (hoststack_e2e::evaluation, `userstack-eval link` in the guest), keeps the measurements
+//!   in `--out` (docs/evaluation/link.json) and with `--write` regenerates
+//!   DIR/evaluation.md from them and the simulator (docs/evaluation.md).
 //! - `hoststack-lab down [--all]` removes what dead labs left behind (processes, namespaces,
 //!   devices, directories); `--all` also stops labs that are still running.
 
@@ -110,6 +115,32 @@ enum Cmd {
         #[arg(long, default_value_t = 60)]
         idle_seconds: u64,
     },
+    /// Run the evaluation's rows on a VM node's netem link, Linux's TCP beside the user-space
+    /// stack, and regenerate docs/evaluation.md.
+    Evaluate {
+        /// Seconds per run, warm-up included.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Seconds at the start of each run left out of the figures.
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+        /// Rows to run, labels separated by ';' (default: every row).
+        #[arg(long)]
+        rows: Option<String>,
+        /// Pairings to run, comma-separated: linux-linux, userstack-linux, linux-userstack
+        /// (default: all three).
+        #[arg(long)]
+        pairings: Option<String>,
+        /// Where the measurements are written (JSON).
+        #[arg(long, default_value = "docs/evaluation/link.json")]
+        out: PathBuf,
+        /// Regenerate DIR/evaluation.md and its plots from the measurements and the simulator.
+        #[arg(long)]
+        write: Option<PathBuf>,
+        /// The simulator's seeds for --write.
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+    },
     /// Remove leftovers of labs whose owner died.
     Down {
         /// Also stop and remove labs that are still running.
@@ -161,6 +192,23 @@ fn main() -> ExitCode {
             config.idle = Duration::from_secs(idle_seconds);
             scale(&config)
         }
+        Cmd::Evaluate {
+            seconds,
+            warmup,
+            rows,
+            pairings,
+            out,
+            write,
+            seeds,
+        } => evaluate(
+            seconds,
+            warmup,
+            rows,
+            pairings,
+            &out,
+            write.as_deref(),
+            seeds,
+        ),
         Cmd::Down { all } => down(all),
     };
     match result {
@@ -404,6 +452,60 @@ fn soak(duration: Duration, every: Duration) -> Result<(), String> {
     } else {
         Err("the soak found something wrong".into())
     }
+}
+
+fn evaluate(
+    seconds: u64,
+    warmup: u64,
+    rows: Option<String>,
+    pairings: Option<String>,
+    out: &Path,
+    write: Option<&Path>,
+    seeds: u64,
+) -> Result<(), String> {
+    use hoststack_e2e::evaluation::{on_vm, Evaluation};
+    use userstack_eval::report::Pairing;
+    let rows: Vec<String> = match rows {
+        Some(labels) => userstack_eval::rows::parse_list(&labels)
+            .map_err(|e| format!("--rows: {e}"))?
+            .iter()
+            .map(|row| row.label.to_string())
+            .collect(),
+        None => Vec::new(),
+    };
+    let pairings = match pairings {
+        Some(names) => Pairing::parse_list(&names).map_err(|e| format!("--pairings: {e}"))?,
+        None => Vec::new(),
+    };
+    if seconds <= warmup {
+        return Err("--seconds must be longer than --warmup".into());
+    }
+    let evaluation = Evaluation {
+        rows,
+        pairings,
+        duration: Duration::from_secs(seconds),
+        warmup: Duration::from_secs(warmup),
+    };
+    let measurements = on_vm(&evaluation).map_err(|e| e.to_string())?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(&measurements).map_err(|e| e.to_string())?;
+    std::fs::write(out, text + "\n").map_err(|e| format!("writing {}: {e}", out.display()))?;
+    println!("measurements in {}", out.display());
+    if let Some(dir) = write {
+        let how = format!(
+            "`hoststack-lab evaluate --seconds {seconds} --warmup {warmup} --out {out} --write \
+             {dir} --seeds {seeds}` (the real link's measurements are kept in {out}; \
+             `userstack-eval docs --seeds {seeds} --link {out} --write {dir}` regenerates this \
+             page from them without a VM)",
+            out = out.display(),
+            dir = dir.display(),
+        );
+        userstack_eval::docs::write(dir, seeds, Some(&measurements), &how)?;
+        println!("wrote {}", dir.join("evaluation.md").display());
+    }
+    Ok(())
 }
 
 fn down(all: bool) -> Result<(), String> {

@@ -26,6 +26,8 @@ pub(crate) struct Binaries {
     pub userstack: PathBuf,
     /// Many agents in one process, for scale runs (`hoststack-lab scale`).
     pub fleet: PathBuf,
+    /// The evaluation of the user-space stack (`hoststack-lab evaluate`).
+    pub eval: PathBuf,
 }
 
 impl Binaries {
@@ -53,6 +55,7 @@ impl Binaries {
             plugin: bin_dir.join("kubectl-hoststack"),
             userstack: bin_dir.join("hoststack-userstack"),
             fleet: bin_dir.join("hoststack-fleet"),
+            eval: bin_dir.join("userstack-eval"),
         };
         for path in [&bins.etcd, &bins.kube_apiserver, &bins.kubectl, &bins.helm] {
             if !is_executable(path) {
@@ -142,6 +145,8 @@ fn cargo_build(bin_dir: &Path) -> Result<()> {
             "userstack-runner",
             "-p",
             "hoststack-fleet",
+            "-p",
+            "userstack-eval",
             "--bins",
             "--features",
             AGENT_TEST_HOOKS,

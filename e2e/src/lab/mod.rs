@@ -146,6 +146,16 @@ impl Lab {
         &self.bins.fleet
     }
 
+    /// The user-space stack's runner, `hoststack-userstack`.
+    pub fn userstack_binary(&self) -> &Path {
+        &self.bins.userstack
+    }
+
+    /// `userstack-eval`, the evaluation of the user-space stack (docs/evaluation.md).
+    pub fn eval_binary(&self) -> &Path {
+        &self.bins.eval
+    }
+
     /// The `kubectl-hoststack` plugin binary, built with the operator and agent.
     pub fn plugin_binary(&self) -> &Path {
         &self.bins.plugin

@@ -40,6 +40,13 @@ pub(crate) const MODULES: &[&str] = &[
     "nf_tables",
     "nft_limit",
     "nft_ct",
+    // The evaluation's netem link (userstack-eval link): veth pairs between namespaces,
+    // netem feeding tbf, and per-port ACK delays (prio with u32 filters).
+    "veth",
+    "sch_netem",
+    "sch_tbf",
+    "sch_prio",
+    "cls_u32",
 ];
 
 /// The host's statically linked busybox (package busybox-static).

@@ -451,6 +451,12 @@ impl Vm {
         &self.console_log
     }
 
+    /// The node's share, `<lab>/nodes/<node>/vm/`: writable by the guest, and at the same
+    /// path inside the guest's chroot.
+    pub fn share(&self) -> &Path {
+        &self.share
+    }
+
     /// The guest agent's log (`<lab>/nodes/<node>/vm/agent.log`, also linked as
     /// `<lab>/logs/agent-<node>.log`).
     pub fn agent_log(&self) -> PathBuf {

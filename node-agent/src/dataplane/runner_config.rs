@@ -98,6 +98,7 @@ pub fn translate(
         drain_timeout_ms: api::DEFAULT_DRAIN_TIMEOUT_MS,
         dpdk,
         rss: None,
+        clients: Vec::new(),
     }
 }
 

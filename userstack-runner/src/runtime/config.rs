@@ -6,7 +6,7 @@
 
 use super::steering::Steering;
 use hoststack_runner_api::{Backend, CongestionControl, RunnerConfig, SteeringSource, TcpOptions};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 use userstack::rss::{from_hex, RssTable, MICROSOFT_KEY};
 use userstack::tcp::{self, CongestionAlgorithm};
@@ -47,11 +47,39 @@ pub fn validate(config: &RunnerConfig) -> Result<(), String> {
     if let Some(service) = config.services.iter().find(|s| s.port == 0) {
         return Err(format!("services: {:?} on port 0", service.kind));
     }
+    client_connections(config)?;
     if config.backend == Backend::Dpdk && config.dpdk.is_none() {
         return Err("backend dpdk needs the dpdk settings".into());
     }
     steering(config)?;
     Ok(())
+}
+
+/// The most connections the clients may open (the ephemeral range has 28,232 ports).
+const MAX_CLIENT_CONNECTIONS: u32 = 10_000;
+
+/// The remote endpoint of every connection the clients open, one entry per connection.
+pub fn client_connections(config: &RunnerConfig) -> Result<Vec<SocketAddrV4>, String> {
+    let mut connections = Vec::new();
+    for client in &config.clients {
+        let remote: SocketAddrV4 = client.remote.parse().map_err(|_| {
+            format!(
+                "clients: remote {:?} is not an IPv4 address and port",
+                client.remote
+            )
+        })?;
+        if remote.port() == 0 {
+            return Err(format!("clients: remote {remote} has port 0"));
+        }
+        connections.extend(std::iter::repeat_n(remote, client.connections as usize));
+    }
+    if connections.len() > MAX_CLIENT_CONNECTIONS as usize {
+        return Err(format!(
+            "clients: {} connections, at most {MAX_CLIENT_CONNECTIONS}",
+            connections.len()
+        ));
+    }
+    Ok(connections)
 }
 
 /// The address and prefix length of `text` (`a.b.c.d/n`).

@@ -207,10 +207,25 @@ impl Runtime {
         let (ready_tx, ready_rx) = mpsc::channel();
         let mut shards = Vec::new();
         let mut threads = Vec::new();
-        for (&core, device) in config.cores.iter().zip(devices) {
+        let connections = config::client_connections(config)?;
+        let shard_count = config.cores.len();
+        for (queue, (&core, device)) in config.cores.iter().zip(devices).enumerate() {
             let figures = Arc::new(ShardFigures::default());
-            let stack = Stack::new(stack_config, Instant::ZERO);
-            let shard = Shard::new(stack, device, services.clone())?;
+            let mut stack = Stack::new(stack_config, Instant::ZERO);
+            // Connection j opens on shard j mod shards, from a port whose replies the NIC
+            // steers back to that shard's queue.
+            let clients = connections
+                .iter()
+                .skip(queue)
+                .step_by(shard_count)
+                .map(|&remote| {
+                    steering
+                        .table
+                        .connect(&mut stack, queue as u32, remote)
+                        .map_err(|e| format!("clients: connecting to {remote}: {e:?}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let shard = Shard::new(stack, device, services.clone(), &clients)?;
             let (control, thread_figures, ready) =
                 (control.clone(), figures.clone(), ready_tx.clone());
             let thread = std::thread::Builder::new()

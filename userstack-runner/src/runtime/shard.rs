@@ -8,7 +8,7 @@
 //! descriptor for at most [`IDLE_WAIT`], so an idle shard does not burn its core; under
 //! load it never sleeps.
 
-use super::services::{ServiceSpec, Session, Verdict};
+use super::services::{Bulk, ServiceSpec, Session, Verdict};
 use crate::device::Device;
 use hoststack_runner_api::StopStats;
 use std::collections::HashMap;
@@ -117,6 +117,19 @@ struct Served {
     ended: bool,
 }
 
+impl Served {
+    fn new(session: Session) -> Served {
+        Served {
+            session,
+            output: Vec::new(),
+            sent: 0,
+            closing: false,
+            shut: false,
+            ended: false,
+        }
+    }
+}
+
 /// A stack on a device with its services.
 pub struct Shard {
     stack: Stack,
@@ -144,23 +157,29 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    /// A shard serving `services` with `stack` on `device`; listens at once.
+    /// A shard serving `services` with `stack` on `device`, listening at once, and sending
+    /// in bulk on `clients`, connections `stack` has opened.
     pub fn new(
         mut stack: Stack,
         device: Box<dyn Device + Send>,
         services: Vec<(u16, ServiceSpec)>,
+        clients: &[SocketHandle],
     ) -> Result<Shard, String> {
         for (port, _) in &services {
             stack
                 .listen(*port, 4096)
                 .map_err(|e| format!("listening on port {port}: {e:?}"))?;
         }
+        let mut served = HashMap::with_capacity(4096);
+        for &handle in clients {
+            served.insert(handle, Served::new(Session::Bulk(Bulk)));
+        }
         Ok(Shard {
             stack,
             device,
             services,
-            served: HashMap::with_capacity(4096),
-            active: Vec::with_capacity(4096),
+            served,
+            active: clients.to_vec(),
             next_active: Vec::with_capacity(4096),
             rx: Vec::with_capacity(BATCH),
             tx: Vec::with_capacity(4 * BATCH),
@@ -281,17 +300,7 @@ impl Shard {
                         continue;
                     };
                     while let Some(handle) = self.stack.accept(port) {
-                        self.served.insert(
-                            handle,
-                            Served {
-                                session: spec.session(),
-                                output: Vec::new(),
-                                sent: 0,
-                                closing: false,
-                                shut: false,
-                                ended: false,
-                            },
-                        );
+                        self.served.insert(handle, Served::new(spec.session()));
                         self.active.push(handle);
                     }
                 }
@@ -367,6 +376,9 @@ impl Shard {
                 self.drained += 1;
             }
             return true;
+        }
+        if !served.closing && served.sent == served.output.len() {
+            served.session.refill(&mut served.output);
         }
         let readable = stack.connection(handle).is_some_and(|c| c.recv_queue() > 0);
         if served.sent < served.output.len() || (readable && !served.closing) {

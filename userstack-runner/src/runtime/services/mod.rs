@@ -1,11 +1,14 @@
-//! The services a shard serves on its listeners, each a pure state machine over one
-//! connection's byte stream: bytes in, bytes out, and whether to close. The shard moves the
-//! bytes between them and the stack.
+//! The services a shard serves on its listeners, and the bulk sender it runs on the
+//! connections it opens itself, each a pure state machine over one connection's byte stream:
+//! bytes in, bytes out, and whether to close. The shard moves the bytes between them and the
+//! stack.
 
+pub mod bulk;
 pub mod discard;
 pub mod echo;
 pub mod http;
 
+pub use bulk::Bulk;
 pub use discard::Discard;
 pub use echo::Echo;
 pub use http::{Http, HttpResponses};
@@ -30,6 +33,8 @@ pub enum Session {
     Discard(Discard),
     /// See [`Http`].
     Http(Http),
+    /// See [`Bulk`].
+    Bulk(Bulk),
 }
 
 /// What a listener serves: the kind and anything shared by its sessions.
@@ -61,13 +66,22 @@ impl Session {
             Session::Echo(s) => s.on_input(input, output),
             Session::Discard(s) => s.on_input(input),
             Session::Http(s) => s.on_input(input, output),
+            Session::Bulk(s) => s.on_input(input),
+        }
+    }
+
+    /// Queues output the session sends unprompted (a bulk sender's next chunk); the
+    /// services send only in answer to input.
+    pub fn refill(&mut self, output: &mut Vec<u8>) {
+        if let Session::Bulk(s) = self {
+            s.refill(output);
         }
     }
 
     /// The peer finished sending; appends any last reply to `output`.
     pub fn on_end(&mut self, output: &mut Vec<u8>) -> Verdict {
         match self {
-            Session::Echo(_) | Session::Discard(_) => Verdict::Close,
+            Session::Echo(_) | Session::Discard(_) | Session::Bulk(_) => Verdict::Close,
             Session::Http(s) => s.on_end(output),
         }
     }

@@ -1,0 +1,56 @@
+//! The evaluation's real link, reduced for CI (docs/evaluation.md has the full run): a VM
+//! node's guest builds the netem link and runs two rows in every pairing, a few seconds
+//! each — Linux's TCP and the user-space stack as sender and receiver. Behaviour, not speed:
+//! every flow carries data in every pairing; with 5 % loss and SACK off on both ends every
+//! sender retransmits and recovers without SACK, which proves that netem's loss and the
+//! row's SACK setting reach both stacks; and the four flows of different RTTs each get
+//! through the router's per-port delays.
+
+use hoststack_e2e::evaluation::{on_vm, Evaluation};
+use std::time::Duration;
+use userstack_eval::report::{Measurement, Pairing};
+
+const LOSSY: &str = "1 flow, 5 % loss, SACK off";
+const RTTS: &str = "4 flows, RTT 20/40/60/80 ms";
+
+#[test]
+fn both_stacks_carry_every_flow_over_the_netem_link() {
+    let measurements = on_vm(&Evaluation {
+        rows: vec![LOSSY.into(), RTTS.into()],
+        pairings: Vec::new(),
+        duration: Duration::from_secs(6),
+        warmup: Duration::from_secs(2),
+    })
+    .expect("the evaluation runs in the VM node's guest");
+    let of = |row: &str, pairing: Pairing| -> &Measurement {
+        measurements
+            .iter()
+            .find(|m| m.row == row && m.pairing == pairing)
+            .unwrap_or_else(|| panic!("no {row} with {pairing:?} in {measurements:#?}"))
+    };
+    for pairing in Pairing::ALL {
+        let lossy = of(LOSSY, pairing);
+        assert_eq!(lossy.flow_mbps.len(), 1, "{lossy:#?}");
+        assert!(lossy.flow_mbps[0] > 0.0, "no data moved: {lossy:#?}");
+        assert!(lossy.sent("Tcp", "OutSegs") > 0, "{lossy:#?}");
+        assert!(
+            lossy.sent("Tcp", "RetransSegs") > 0,
+            "5 % loss but no retransmission: {lossy:#?}"
+        );
+        assert_eq!(
+            lossy.sent("TcpExt", "TCPSackRecovery"),
+            0,
+            "SACK is off on both ends: {lossy:#?}"
+        );
+        assert!(
+            lossy.sent("TcpExt", "TCPRenoRecovery") + lossy.rtos() > 0,
+            "losses without SACK end in NewReno recovery or a timeout: {lossy:#?}"
+        );
+        let rtts = of(RTTS, pairing);
+        assert_eq!(rtts.flow_mbps.len(), 4, "{rtts:#?}");
+        assert!(
+            rtts.flow_mbps.iter().all(|&mbps| mbps > 0.0),
+            "a flow of the four moved nothing: {rtts:#?}"
+        );
+    }
+}

@@ -1,0 +1,275 @@
+//! docs/evaluation.md and its plots, from the simulator's runs and the real link's
+//! measurements.
+
+use crate::report::{Mark, Measurement, Pairing};
+use crate::rows::{Row, ROWS};
+use crate::sim;
+use plotters::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+use userstack_sim::median;
+use userstack_sim::metrics::Report;
+
+/// Every row run in the simulator over seeds `1..=seeds`.
+pub fn simulate(seeds: u64) -> Vec<(&'static Row, Vec<Report>)> {
+    ROWS.iter()
+        .map(|row| (row, sim::runs(row, seeds)))
+        .collect()
+}
+
+/// The simulator's table: each cell the median over the seeds and, in brackets, the worst.
+pub fn sim_table(runs: &[(&Row, Vec<Report>)]) -> String {
+    let mut table = String::from(
+        "| row | goodput, Mbit/s | Jain | retransmitted/sent, % | recoveries | RTOs | undos |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for (row, reports) in runs {
+        let of = |f: &dyn Fn(&Report) -> f64| reports.iter().map(f).collect::<Vec<f64>>();
+        let (g, gw) = sim::median_worst(&of(&|r| r.aggregate_goodput_mbps), false);
+        let (j, jw) = sim::median_worst(&of(&|r| r.jain_index), false);
+        let (x, xw) = sim::median_worst(&of(&|r| r.network.retransmit_ratio * 100.0), true);
+        let recoveries = median(&of(&|r| {
+            sim::counter(r, "TcpExt.TCPSackRecovery") + sim::counter(r, "TcpExt.TCPRenoRecovery")
+        }));
+        let rtos = median(&of(&|r| sim::counter(r, "TcpExt.TCPTimeouts")));
+        let undos = median(&of(&|r| {
+            sim::counter(r, "TcpExt.TCPFullUndo") + sim::counter(r, "TcpExt.TCPLossUndo")
+        }));
+        let _ = writeln!(
+            table,
+            "| {} | {g:.2} ({gw:.2}) | {j:.3} ({jw:.3}) | {x:.2} ({xw:.2}) | {recoveries:.0} | {rtos:.0} | {undos:.0} |",
+            row.label
+        );
+    }
+    table
+}
+
+/// The real link's table: per row, one line per pairing, userstack's lines marked against
+/// Linux → Linux on the same row, and the simulator's median goodput beside them.
+pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) -> String {
+    let mut table = String::from(
+        "| row | sender → receiver | goodput, Mbit/s | Jain | retransmitted/sent, % | recoveries | RTOs | undos | against Linux → Linux | simulator, Mbit/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (row, reports) in runs {
+        let of_row = |pairing| {
+            measurements
+                .iter()
+                .find(|m| m.row == row.label && m.pairing == pairing)
+        };
+        let reference = of_row(Pairing::LinuxToLinux);
+        let simulated = median(
+            &reports
+                .iter()
+                .map(|r| r.aggregate_goodput_mbps)
+                .collect::<Vec<_>>(),
+        );
+        for pairing in Pairing::ALL {
+            let Some(m) = of_row(pairing) else { continue };
+            let mark = match (pairing, reference) {
+                (Pairing::LinuxToLinux, _) => "reference".to_string(),
+                (_, Some(linux)) => Mark::of(m, linux).as_str().to_string(),
+                (_, None) => "no reference".to_string(),
+            };
+            let sim_cell = if pairing == Pairing::UserstackToLinux {
+                format!("{simulated:.2}")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                table,
+                "| {} | {} | {:.2} | {:.3} | {:.2} | {} | {} | {} | {mark} | {sim_cell} |",
+                row.label,
+                names(pairing),
+                m.goodput_mbps(),
+                m.jain(),
+                m.retransmitted_per_sent() * 100.0,
+                m.recoveries(),
+                m.rtos(),
+                m.undos(),
+            );
+        }
+    }
+    table
+}
+
+fn names(pairing: Pairing) -> &'static str {
+    match pairing {
+        Pairing::LinuxToLinux => "Linux → Linux",
+        Pairing::UserstackToLinux => "userstack → Linux",
+        Pairing::LinuxToUserstack => "Linux → userstack",
+    }
+}
+
+fn plot_lines(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    lines: &[(&str, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    let x_max = lines
+        .iter()
+        .flat_map(|(_, l)| l.iter().map(|p| p.0))
+        .fold(0.0, f64::max);
+    let y_max = lines
+        .iter()
+        .flat_map(|(_, l)| l.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (800, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(52)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max.max(1.0))
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc("goodput, Mbit/s")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let colours = [BLUE, RED, GREEN, MAGENTA];
+    for (i, (name, points)) in lines.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                colour.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(*name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// The real link's section: its table, or why there is none.
+fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> String {
+    let Some(measurements) = link else {
+        return "Not measured in this run: `hoststack-lab evaluate` runs the rows on the VM \
+                node's netem link; `userstack-eval docs` without `--link` writes the \
+                simulator's half only.\n"
+            .into();
+    };
+    let seconds = measurements.first().map_or(0.0, |m| m.seconds);
+    format!(
+        "The VM node's guest (Debian's 6.1 kernel under qemu/TCG, 2 vCPUs) builds the same path\n\
+         out of three network namespaces: sender, router and receiver, joined by veth pairs\n\
+         (`userstack-eval/src/link/topology.rs`). The router's data direction is netem (10 ms,\n\
+         the row's loss and jitter) feeding tbf (100 Mbit/s, a 378,500-byte queue: 250\n\
+         full-size frames); its ACK direction is netem (the rest of each flow's RTT, by\n\
+         receiving port). Offloads (TSO, GSO, GRO) are off on every veth, so a loss or a queue\n\
+         slot is one wire-sized packet for both stacks. Linux is the guest's own TCP (CUBIC,\n\
+         `tcp_no_metrics_save=1`, the row's `tcp_sack` on both ends); userstack is the runner\n\
+         `hoststack-userstack` with AF_XDP (copy mode) on its end's veth, pinned to vCPU 1,\n\
+         sending with its bulk clients or receiving with its discard service. Each line is one\n\
+         run with a fresh link: {seconds:.0} s measured after the warm-up. Goodput is what the\n\
+         Linux receiver read or, when userstack receives, what the Linux sender saw acknowledged\n\
+         (`tcpi_bytes_acked`); the counters are the sender's, moved over the window: recoveries\n\
+         are TCPSackRecovery + TCPRenoRecovery, RTOs TCPTimeouts, undos TCPFullUndo +\n\
+         TCPLossUndo. A userstack line is **better** with goodput more than 2 % above\n\
+         Linux → Linux on the same row, **equal** within 2 % (Jain too, retransmitted/sent\n\
+         at most 0.2 points above), **worse** otherwise. The simulator column is the median\n\
+         goodput of the same row in the simulator (userstack on both ends), to validate it\n\
+         against the real link.\n\n\
+         What differs between the stacks: userstack busy-polls its vCPU while Linux sleeps in\n\
+         its socket calls, and its frames go through AF_XDP copy mode on the veth (a copy and a\n\
+         system call per batch) where Linux's go through the veth directly.\n\n{}",
+        link_table(measurements, runs)
+    )
+}
+
+/// Writes `dir/evaluation.md` and its plots from the simulator (seeds `1..=seeds`) and, when
+/// given, the real link's measurements; `how` (Markdown) says which command regenerates it.
+pub fn write(
+    dir: &Path,
+    seeds: u64,
+    link: Option<&[Measurement]>,
+    how: &str,
+) -> Result<(), String> {
+    let plots = dir.join("evaluation");
+    std::fs::create_dir_all(&plots).map_err(|e| e.to_string())?;
+    let runs = simulate(seeds);
+    let one_percent = |sack| {
+        sim::scenario(&Row {
+            sack,
+            ..*crate::rows::by_label("1 flow, 1 % loss").expect("the row exists")
+        })
+    };
+    plot_lines(
+        &plots.join("throughput-over-time.svg"),
+        "One flow, 100 Mbit/s, 20 ms, 1 % loss, seed 1: goodput per 5 RTTs",
+        "time, s",
+        &[
+            ("SACK", sim::throughput_over_time(&one_percent(true), 1)),
+            ("no SACK", sim::throughput_over_time(&one_percent(false), 1)),
+        ],
+    )?;
+    let rates = [0.001, 0.005, 0.01, 0.02, 0.05];
+    let one_flow = *crate::rows::by_label("1 flow").expect("the row exists");
+    let by_loss = |sack: bool| -> Vec<(f64, f64)> {
+        rates
+            .iter()
+            .map(|&loss| {
+                let reports = sim::runs(
+                    &Row {
+                        loss,
+                        sack,
+                        ..one_flow
+                    },
+                    seeds,
+                );
+                let g: Vec<f64> = reports.iter().map(|r| r.aggregate_goodput_mbps).collect();
+                (loss * 100.0, median(&g))
+            })
+            .collect()
+    };
+    let (with, without) = (by_loss(true), by_loss(false));
+    plot_lines(
+        &plots.join("sack-vs-no-sack.svg"),
+        "One flow, 100 Mbit/s, 20 ms: median goodput against random loss",
+        "loss, %",
+        &[("SACK", with.clone()), ("no SACK", without.clone())],
+    )?;
+    let mut sack_table = String::from(
+        "| loss | SACK, Mbit/s | no SACK, Mbit/s | SACK ÷ no SACK |\n|---|---|---|---|\n",
+    );
+    for ((loss, s), (_, n)) in with.iter().zip(&without) {
+        let _ = writeln!(
+            sack_table,
+            "| {loss} % | {s:.2} | {n:.2} | {:.2} |",
+            s / n.max(1e-9)
+        );
+    }
+    let doc = format!(
+        "# Evaluation\n\n\
+         Generated by {how}; do not edit by hand. The rows are\n\
+         `userstack-eval/src/rows.rs`: a 100 Mbit/s bottleneck with 20 ms of base RTT and a\n\
+         250-packet drop-tail queue, and the flows and impairments of each row.\n\n\
+         ## On real packets, beside Linux\n\n\
+         {link}\n\
+         ## In the simulator\n\n\
+         CUBIC with Linux's defaults on both ends, 30 s per run of which the first 10 s are\n\
+         left out, seeds 1-{seeds}. Each cell is the median over the seeds and, in brackets, the\n\
+         worst seed (lowest goodput or Jain, highest retransmitted/sent). Recoveries are fast\n\
+         recoveries entered (TCPSackRecovery + TCPRenoRecovery), RTOs are TCPTimeouts, undos are\n\
+         TCPFullUndo + TCPLossUndo, summed over both ends, medians over the seeds.\n\n\
+         {sim}\n\
+         ![goodput over time, SACK and no SACK](evaluation/throughput-over-time.svg)\n\n\
+         SACK against no SACK across random loss (one flow, medians over the seeds):\n\n\
+         {sack_table}\n\
+         ![goodput against loss](evaluation/sack-vs-no-sack.svg)\n",
+        link = link_section(link, &runs),
+        sim = sim_table(&runs),
+    );
+    std::fs::write(dir.join("evaluation.md"), doc).map_err(|e| e.to_string())
+}

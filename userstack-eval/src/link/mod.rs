@@ -1,0 +1,157 @@
+//! The evaluation on real packets: each row on a netem link ([`topology`]) between Linux's TCP
+//! ([`linux`]) and userstack's runner ([`runner`]), in the three pairings, measured over a
+//! window after a warm-up. Runs as root on a kernel with netem, veth and XDP: the VM node's
+//! guest (`hoststack-lab evaluate`).
+
+pub mod linux;
+pub mod runner;
+pub mod topology;
+
+use crate::report::{moved, Counters, Measurement, Pairing};
+use crate::rows::Row;
+use linux::{Senders, Sink};
+use runner::{Role, Runner};
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use topology::{
+    Topology, RECEIVER_GATEWAY, RECEIVER_IF, RECEIVER_LINUX, RECEIVER_NS, RECEIVER_USERSTACK,
+    SENDER_GATEWAY, SENDER_IF, SENDER_NS, SENDER_USERSTACK,
+};
+
+/// How each run is made.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The runner binary, `hoststack-userstack`.
+    pub runner: PathBuf,
+    /// The whole run, warm-up included.
+    pub duration: Duration,
+    /// The start of the run left out of the figures.
+    pub warmup: Duration,
+    /// The core the runner's shard is pinned to.
+    pub core: u32,
+    /// Where the runner's config and stats files go.
+    pub dir: PathBuf,
+}
+
+enum Receiver {
+    Linux(Sink),
+    Userstack(Runner),
+}
+
+enum Sender {
+    Linux(Senders),
+    Userstack(Runner),
+}
+
+/// What one look at both ends saw.
+struct Sample {
+    at: Instant,
+    flows: Vec<u64>,
+    sender: Counters,
+    receiver: Counters,
+}
+
+/// Runs `row` once with `pairing` on a fresh link and measures the window after the warm-up.
+pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measurement, String> {
+    if options.warmup >= options.duration {
+        return Err("the warm-up must be shorter than the run".into());
+    }
+    let _topology = Topology::up(row)?;
+    let receiver_ip = if pairing.userstack_receives() {
+        RECEIVER_USERSTACK
+    } else {
+        RECEIVER_LINUX
+    };
+    let targets: Vec<SocketAddrV4> = (0..row.flows)
+        .map(|i| SocketAddrV4::new(receiver_ip, row.port(i)))
+        .collect();
+    let ports: Vec<u16> = row.ports().iter().map(|&(port, _)| port).collect();
+    let receiver = if pairing.userstack_receives() {
+        let config = runner::config(
+            RECEIVER_IF,
+            RECEIVER_USERSTACK,
+            RECEIVER_GATEWAY,
+            options.core,
+            row.sack,
+            &Role::Receive(ports),
+        );
+        Receiver::Userstack(Runner::start(
+            &options.runner,
+            RECEIVER_NS,
+            &config,
+            &options.dir,
+        )?)
+    } else {
+        Receiver::Linux(Sink::start(RECEIVER_NS, &ports).map_err(|e| format!("sink: {e}"))?)
+    };
+    let sender = if pairing.userstack_sends() {
+        let config = runner::config(
+            SENDER_IF,
+            SENDER_USERSTACK,
+            SENDER_GATEWAY,
+            options.core,
+            row.sack,
+            &Role::Send(targets),
+        );
+        Sender::Userstack(Runner::start(
+            &options.runner,
+            SENDER_NS,
+            &config,
+            &options.dir,
+        )?)
+    } else {
+        Sender::Linux(Senders::start(SENDER_NS, &targets).map_err(|e| format!("senders: {e}"))?)
+    };
+    std::thread::sleep(options.warmup);
+    let first = sample(row, &sender, &receiver)?;
+    std::thread::sleep(options.duration - options.warmup);
+    let last = sample(row, &sender, &receiver)?;
+    drop(sender);
+    drop(receiver);
+    let seconds = (last.at - first.at).as_secs_f64();
+    let flow_mbps = first
+        .flows
+        .iter()
+        .zip(&last.flows)
+        .map(|(a, b)| b.saturating_sub(*a) as f64 * 8.0 / seconds / 1e6)
+        .collect();
+    Ok(Measurement {
+        row: row.label.to_string(),
+        pairing,
+        seconds,
+        flow_mbps,
+        sender: moved(&first.sender, &last.sender),
+        receiver: moved(&first.receiver, &last.receiver),
+    })
+}
+
+/// Bytes per flow (padded with zeros to the row's flows: a flow that never connected moved
+/// nothing) and both ends' counters.
+fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, String> {
+    let at = Instant::now();
+    let mut flows = match (sender, receiver) {
+        (_, Receiver::Linux(sink)) => sink.delivered(),
+        (Sender::Linux(senders), Receiver::Userstack(_)) => senders
+            .acknowledged()
+            .map_err(|e| format!("TCP_INFO: {e}"))?,
+        (Sender::Userstack(_), Receiver::Userstack(_)) => {
+            return Err("userstack on both ends is not a pairing".into())
+        }
+    };
+    flows.resize(row.flows.max(flows.len()), 0);
+    let sender = match sender {
+        Sender::Linux(_) => linux::counters(SENDER_NS).map_err(|e| format!("counters: {e}"))?,
+        Sender::Userstack(runner) => runner.counters()?,
+    };
+    let receiver = match receiver {
+        Receiver::Linux(_) => linux::counters(RECEIVER_NS).map_err(|e| format!("counters: {e}"))?,
+        Receiver::Userstack(runner) => runner.counters()?,
+    };
+    Ok(Sample {
+        at,
+        flows,
+        sender,
+        receiver,
+    })
+}
