@@ -214,6 +214,47 @@ mod tests {
     }
 
     #[test]
+    fn clients_expand_to_one_remote_per_connection_and_bad_ones_name_the_field() {
+        let with = |clients: &str| {
+            from_json(&FULL.replace(
+                r#""drainTimeoutMs": 2000"#,
+                &format!(r#""drainTimeoutMs": 2000, "clients": {clients}"#),
+            ))
+        };
+        let config = with(
+            r#"[{"kind": "bulk", "remote": "198.18.2.1:5001", "connections": 2},
+                {"kind": "bulk", "remote": "198.18.2.1:5002", "connections": 1}]"#,
+        )
+        .unwrap();
+        let remotes: Vec<String> = client_connections(&config)
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            remotes,
+            ["198.18.2.1:5001", "198.18.2.1:5001", "198.18.2.1:5002"]
+        );
+        for (clients, error) in [
+            (
+                r#"[{"kind": "bulk", "remote": "198.18.2.1", "connections": 1}]"#,
+                "not an IPv4 address and port",
+            ),
+            (
+                r#"[{"kind": "bulk", "remote": "198.18.2.1:0", "connections": 1}]"#,
+                "port 0",
+            ),
+            (
+                r#"[{"kind": "bulk", "remote": "198.18.2.1:9", "connections": 10001}]"#,
+                "at most 10000",
+            ),
+        ] {
+            let e = with(clients).unwrap_err();
+            assert!(e.starts_with("clients: ") && e.contains(error), "{e}");
+        }
+    }
+
+    #[test]
     fn accepts_the_crd_spellings_and_defaults_the_drain_timeout() {
         let text = r#"{"interface":"t0","backend":"Tap","cores":[0],"address":"10.0.0.1/8",
                        "tcp":{"congestionControl":"NewReno"}}"#;

@@ -171,15 +171,17 @@ impl Shard {
                 .map_err(|e| format!("listening on port {port}: {e:?}"))?;
         }
         let mut served = HashMap::with_capacity(4096);
+        let mut active = Vec::with_capacity(4096);
         for &handle in clients {
             served.insert(handle, Served::new(Session::Bulk(Bulk)));
+            active.push(handle);
         }
         Ok(Shard {
             stack,
             device,
             services,
             served,
-            active: clients.to_vec(),
+            active,
             next_active: Vec::with_capacity(4096),
             rx: Vec::with_capacity(BATCH),
             tx: Vec::with_capacity(4 * BATCH),
