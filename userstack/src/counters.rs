@@ -42,7 +42,7 @@ counters! {
     EstabResets => ("Tcp", "EstabResets", "Resets in ESTABLISHED or CLOSE-WAIT."),
     CurrEstab => ("Tcp", "CurrEstab", "Connections now in ESTABLISHED or CLOSE-WAIT (a gauge)."),
     InSegs => ("Tcp", "InSegs", "Segments received."),
-    OutSegs => ("Tcp", "OutSegs", "Segments sent, excluding retransmissions."),
+    OutSegs => ("Tcp", "OutSegs", "Segments sent, retransmissions included (as Linux counts them)."),
     RetransSegs => ("Tcp", "RetransSegs", "Segments retransmitted."),
     InErrs => ("Tcp", "InErrs", "Segments dropped as malformed."),
     OutRsts => ("Tcp", "OutRsts", "Segments sent with RST."),
