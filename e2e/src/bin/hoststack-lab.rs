@@ -114,39 +114,54 @@ enum Cmd {
         /// Seconds of the idle measurement.
         #[arg(long, default_value_t = 60)]
         idle_seconds: u64,
+        /// The tunings' probe timeout in seconds (`probes.timeout`; default: the agent's 5 s).
+        #[arg(long, requires = "confirm_timeout_seconds")]
+        probe_timeout_seconds: Option<u64>,
+        /// The tunings' confirm timeout in seconds (`probes.confirmTimeout`; default: the
+        /// agent's 60 s).
+        #[arg(long, requires = "probe_timeout_seconds")]
+        confirm_timeout_seconds: Option<u64>,
     },
     /// Run the evaluation's rows on a VM node's netem link, Linux's TCP beside the user-space
     /// stack, and regenerate docs/evaluation.md.
-    Evaluate {
-        /// Seconds per run, warm-up included.
-        #[arg(long, default_value_t = 30)]
-        seconds: u64,
-        /// Seconds at the start of each run left out of the figures.
-        #[arg(long, default_value_t = 10)]
-        warmup: u64,
-        /// Rows to run, labels separated by ';' (default: every row).
-        #[arg(long)]
-        rows: Option<String>,
-        /// Pairings to run, comma-separated: linux-linux, userstack-linux, linux-userstack
-        /// (default: all three).
-        #[arg(long)]
-        pairings: Option<String>,
-        /// Where the measurements are written (JSON).
-        #[arg(long, default_value = "docs/evaluation/link.json")]
-        out: PathBuf,
-        /// Regenerate DIR/evaluation.md and its plots from the measurements and the simulator.
-        #[arg(long)]
-        write: Option<PathBuf>,
-        /// The simulator's seeds for --write.
-        #[arg(long, default_value_t = 5)]
-        seeds: u64,
-    },
+    Evaluate(EvaluateArgs),
     /// Remove leftovers of labs whose owner died.
     Down {
         /// Also stop and remove labs that are still running.
         #[arg(long)]
         all: bool,
     },
+}
+
+/// `hoststack-lab evaluate`'s arguments.
+#[derive(clap::Args)]
+struct EvaluateArgs {
+    /// Seconds per run, warm-up included.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Seconds at the start of each run left out of the figures.
+    #[arg(long, default_value_t = 10)]
+    warmup: u64,
+    /// Rows to run, labels separated by ';' (default: every row).
+    #[arg(long)]
+    rows: Option<String>,
+    /// Pairings to run, comma-separated: linux-linux, userstack-linux, linux-userstack
+    /// (default: all three).
+    #[arg(long)]
+    pairings: Option<String>,
+    /// Where the measurements are written (JSON).
+    #[arg(long, default_value = "docs/evaluation/link.json")]
+    out: PathBuf,
+    /// Regenerate DIR/evaluation.md and its plots from the measurements and the simulator.
+    #[arg(long)]
+    write: Option<PathBuf>,
+    /// The simulator's seeds for --write.
+    #[arg(long, default_value_t = 5)]
+    seeds: u64,
+    /// Keep this guest core busy with a spinning thread during every run (a control:
+    /// Linux → Linux without the core the runner takes).
+    #[arg(long)]
+    spin_core: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -184,31 +199,20 @@ fn main() -> ExitCode {
             agents_per_connection,
             heartbeat_seconds,
             idle_seconds,
+            probe_timeout_seconds,
+            confirm_timeout_seconds,
         } => {
             let mut config = hoststack_e2e::scale::ScaleConfig::for_nodes(nodes);
             config.churn = churn.unwrap_or(config.churn);
             config.agents_per_connection = agents_per_connection;
             config.heartbeat_interval = Duration::from_secs(heartbeat_seconds.max(1));
             config.idle = Duration::from_secs(idle_seconds);
+            config.probe_timeouts = probe_timeout_seconds
+                .zip(confirm_timeout_seconds)
+                .map(|(p, c)| (Duration::from_secs(p), Duration::from_secs(c)));
             scale(&config)
         }
-        Cmd::Evaluate {
-            seconds,
-            warmup,
-            rows,
-            pairings,
-            out,
-            write,
-            seeds,
-        } => evaluate(
-            seconds,
-            warmup,
-            rows,
-            pairings,
-            &out,
-            write.as_deref(),
-            seeds,
-        ),
+        Cmd::Evaluate(args) => evaluate(args),
         Cmd::Down { all } => down(all),
     };
     match result {
@@ -454,17 +458,20 @@ fn soak(duration: Duration, every: Duration) -> Result<(), String> {
     }
 }
 
-fn evaluate(
-    seconds: u64,
-    warmup: u64,
-    rows: Option<String>,
-    pairings: Option<String>,
-    out: &Path,
-    write: Option<&Path>,
-    seeds: u64,
-) -> Result<(), String> {
+fn evaluate(args: EvaluateArgs) -> Result<(), String> {
     use hoststack_e2e::evaluation::{on_vm, Evaluation};
     use userstack_eval::report::Pairing;
+    let EvaluateArgs {
+        seconds,
+        warmup,
+        rows,
+        pairings,
+        out,
+        write,
+        seeds,
+        spin_core,
+    } = args;
+    let (out, write) = (out.as_path(), write.as_deref());
     let rows: Vec<String> = match rows {
         Some(labels) => userstack_eval::rows::parse_list(&labels)
             .map_err(|e| format!("--rows: {e}"))?
@@ -485,6 +492,7 @@ fn evaluate(
         pairings,
         duration: Duration::from_secs(seconds),
         warmup: Duration::from_secs(warmup),
+        spin_core,
     };
     let measurements = on_vm(&evaluation).map_err(|e| e.to_string())?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {

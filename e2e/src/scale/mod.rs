@@ -56,6 +56,9 @@ pub struct ScaleConfig {
     pub idle: Duration,
     /// How long one scenario may take before the run fails.
     pub step_timeout: Duration,
+    /// The tunings' probe timeout and confirm timeout (`probes.timeout`,
+    /// `probes.confirmTimeout`); `None`, the defaults (5 s and 60 s).
+    pub probe_timeouts: Option<(Duration, Duration)>,
 }
 
 impl ScaleConfig {
@@ -70,6 +73,7 @@ impl ScaleConfig {
             heartbeat_interval: Duration::from_secs(10),
             idle: Duration::from_secs(60),
             step_timeout: Duration::from_secs(300 + nodes as u64 / 2),
+            probe_timeouts: None,
         }
     }
 
@@ -139,7 +143,7 @@ impl<'lab> Run<'lab> {
 
         // a. Everything at once.
         let reading = self.reading();
-        self.apply(&tuning("8192", "canary: \"100%\""));
+        self.apply(&self.tuning("8192", "canary: \"100%\""));
         self.wait_phase("Complete", &self.nodes.clone());
         self.check_hosts(&self.nodes.clone(), "8192");
         scenarios.insert("a_apply".into(), self.since(reading, n, 1));
@@ -156,9 +160,10 @@ impl<'lab> Run<'lab> {
             .as_str()
             .map(String::from);
         let rollout = "canary: \"1%\"\n    maxUnavailable: \"10%\"\n    analysis:\n      window: 5s\n      thresholds:\n        - metric: RetransmitRatio\n          maxRelativeToBaseline: \"2\"";
-        self.apply(&tuning("16384", rollout));
+        self.apply(&self.tuning("16384", rollout));
         self.wait_for("the canary to pass", self.config.step_timeout, || {
             let s = self.lab.tuning_status(TUNING);
+            fail_if_ended(&s, "Complete");
             (s["waves"].as_array().map_or(0, Vec::len) >= 2).then_some(())
         });
         let joining: Vec<String> = (n..n + churn).map(node).collect();
@@ -180,7 +185,7 @@ impl<'lab> Run<'lab> {
         // c. The canaries regress: the rollout rolls back.
         let reading = self.reading();
         write_regressed(&self.root, &canaries);
-        self.apply(&tuning("32768", rollout));
+        self.apply(&self.tuning("32768", rollout));
         self.wait_phase("RolledBack", &[]);
         self.wait_for(
             "every node back on the second revision",
@@ -310,6 +315,24 @@ impl<'lab> Run<'lab> {
         });
     }
 
+    /// The scale run's tuning: `value` for the sysctl, `rollout` as the rollout's settings,
+    /// and the configured probe timeouts.
+    fn tuning(&self, value: &str, rollout: &str) -> String {
+        let probes = self
+            .config
+            .probe_timeouts
+            .map_or(String::new(), |(timeout, confirm)| {
+                format!(
+                    "  probes:\n    timeout: {}s\n    confirmTimeout: {}s\n",
+                    timeout.as_secs(),
+                    confirm.as_secs()
+                )
+            });
+        format!(
+            "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {TUNING}\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: fleet\n  sysctls:\n    net.core.somaxconn: \"{value}\"\n{probes}  rollout:\n    {rollout}\n"
+        )
+    }
+
     /// `kubectl apply` of `yaml`.
     fn apply(&self, yaml: &str) {
         self.lab
@@ -322,6 +345,7 @@ impl<'lab> Run<'lab> {
         let what = format!("phase {phase} with {} nodes applied", applied.len());
         self.wait_for(&what, self.config.step_timeout, || {
             let s = self.lab.tuning_status(TUNING);
+            fail_if_ended(&s, phase);
             let done =
                 s["phase"] == phase && s["appliedNodes"].as_u64() >= Some(applied.len() as u64);
             done.then_some(())
@@ -416,10 +440,16 @@ impl<'lab> Run<'lab> {
 
 /// A tuning of the whole fleet setting somaxconn to `value`, with `rollout` (YAML, the lines
 /// after `rollout:` indented by four).
-fn tuning(value: &str, rollout: &str) -> String {
-    format!(
-        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {TUNING}\nspec:\n  nodeSelector:\n    matchLabels:\n      pool: fleet\n  sysctls:\n    net.core.somaxconn: \"{value}\"\n  rollout:\n    {rollout}\n"
-    )
+/// Fails the run at once when the tuning `status` ended in RolledBack or Failed while the run
+/// waits for `wanted`, with the status's message: waiting longer cannot help.
+fn fail_if_ended(status: &Value, wanted: &str) {
+    let phase = status["phase"].as_str().unwrap_or_default();
+    if phase != wanted && matches!(phase, "RolledBack" | "Failed") {
+        panic!(
+            "the tuning went {phase} ({}, progress {}) while the run waited for {wanted}",
+            status["message"], status["progress"]
+        );
+    }
 }
 
 /// The sysctl's value on `node`'s fleet host.
