@@ -24,6 +24,9 @@ pub struct Evaluation {
     pub duration: Duration,
     /// The start of each run left out of the figures.
     pub warmup: Duration,
+    /// A guest core kept busy by a spinning thread during every run (`userstack-eval link
+    /// --spin-core`).
+    pub spin_core: Option<u32>,
 }
 
 /// Boots a lab with one VM node, runs `evaluation` in its guest and returns the measurements;
@@ -78,6 +81,9 @@ pub fn in_guest(lab: &Lab, evaluation: &Evaluation) -> Result<Vec<Measurement>> 
     if !evaluation.pairings.is_empty() {
         let names: Vec<&str> = evaluation.pairings.iter().map(|p| p.as_str()).collect();
         script.push_str(&format!(" --pairings {}", names.join(",")));
+    }
+    if let Some(core) = evaluation.spin_core {
+        script.push_str(&format!(" --spin-core {core}"));
     }
     let budget = (evaluation.duration + PER_RUN_OVERHEAD) * runs;
     let output = vm.exec_with_budget(&script, budget);

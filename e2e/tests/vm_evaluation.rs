@@ -18,8 +18,9 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
     let measurements = on_vm(&Evaluation {
         rows: vec![LOSSY.into(), RTTS.into()],
         pairings: Vec::new(),
-        duration: Duration::from_secs(6),
+        duration: Duration::from_secs(5),
         warmup: Duration::from_secs(2),
+        spin_core: None,
     })
     .expect("the evaluation runs in the VM node's guest");
     let of = |row: &str, pairing: Pairing| -> &Measurement {

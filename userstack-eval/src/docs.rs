@@ -162,7 +162,9 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
     };
     let seconds = measurements.first().map_or(0.0, |m| m.seconds);
     format!(
-        "The VM node's guest (Debian's 6.1 kernel under qemu/TCG, 2 vCPUs) builds the same path\n\
+        "Measured by `hoststack-lab evaluate` (`e2e/src/evaluation.rs`, `userstack-eval link` in the\n\
+         guest; docs/userstack.md reads the table). The VM node's guest (Debian's 6.1 kernel under\n\
+         qemu/TCG, 2 vCPUs) builds the same path\n\
          out of three network namespaces: sender, router and receiver, joined by veth pairs\n\
          (`userstack-eval/src/link/topology.rs`). The router's data direction is netem (10 ms,\n\
          the row's loss and jitter) feeding tbf (100 Mbit/s, a 378,500-byte queue: 250\n\

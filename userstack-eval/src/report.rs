@@ -69,6 +69,9 @@ pub struct Measurement {
     pub row: String,
     /// Who sent and who received.
     pub pairing: Pairing,
+    /// The core a spinning thread kept busy during the run, if any (`--spin-core`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spin_core: Option<u32>,
     /// The measured window after the warm-up, in seconds.
     pub seconds: f64,
     /// Each flow's goodput over the window in Mbit/s: bytes the Linux receiver read, or, when
@@ -203,6 +206,7 @@ mod tests {
         Measurement {
             row: "r".into(),
             pairing: Pairing::LinuxToLinux,
+            spin_core: None,
             seconds: 1.0,
             flow_mbps: flow_mbps.to_vec(),
             sender: [("Tcp".to_string(), tcp)].into(),

@@ -2,14 +2,15 @@
 //!
 //!     userstack-eval sim [--seeds N]
 //!     userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N]
-//!                         [--rows LABEL;LABEL...] [--pairings NAME,NAME...]
+//!                         [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N]
 //!     userstack-eval docs --write DIR [--seeds N] [--link FILE]
 //!
 //! `sim` prints the simulator's table (seeds 1..=N, default 5). `link` runs the rows on a
 //! real netem link between network namespaces (root, a kernel with netem and XDP: the VM
 //! node's guest) in the pairings linux-linux, userstack-linux and linux-userstack (default:
 //! all rows, all pairings, 30 s with 10 s of warm-up, the runner on core 1) and writes the
-//! measurements as JSON, after each run. `docs` writes DIR/evaluation.md and its plots from the
+//! measurements as JSON, after each run; `--spin-core N` keeps core N busy with a spinning
+//! thread during every run (a control: Linux → Linux without the core the runner takes). `docs` writes DIR/evaluation.md and its plots from the
 //! simulator and, with `--link`, those measurements.
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ use userstack_eval::report::{Measurement, Pairing};
 use userstack_eval::rows::{self, Row, ROWS};
 
 const USAGE: &str = "usage: userstack-eval sim [--seeds N]
-       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...]
+       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N]
        userstack-eval docs --write DIR [--seeds N] [--link FILE]";
 
 fn main() -> ExitCode {
@@ -125,6 +126,7 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
         "--core",
         "--rows",
         "--pairings",
+        "--spin-core",
     ])?;
     let runner = flags
         .get("--runner")
@@ -148,6 +150,13 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
         duration: Duration::from_secs_f64(flags.number("--seconds", 30.0)?),
         warmup: Duration::from_secs_f64(flags.number("--warmup", 10.0)?),
         core: core as u32,
+        spin_core: flags
+            .get("--spin-core")
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| Problem::Usage(format!("--spin-core {v:?} is not a core number")))
+            })
+            .transpose()?,
         dir: out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())

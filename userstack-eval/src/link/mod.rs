@@ -13,6 +13,8 @@ use linux::{Senders, Sink};
 use runner::{Role, Runner};
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use topology::{
     Topology, RECEIVER_GATEWAY, RECEIVER_IF, RECEIVER_LINUX, RECEIVER_NS, RECEIVER_USERSTACK,
@@ -32,6 +34,57 @@ pub struct Options {
     pub core: u32,
     /// Where the runner's config and stats files go.
     pub dir: PathBuf,
+    /// A core to keep busy with a spinning thread for the whole run, whatever the pairing:
+    /// with the runner's core, Linux → Linux gets the CPUs the runner's busy poll leaves the
+    /// kernel in the other pairings (a control for a CPU-bound guest).
+    pub spin_core: Option<u32>,
+}
+
+/// A thread spinning on one core until dropped.
+struct Spinner {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spinner {
+    fn start(core: u32) -> Result<Spinner, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it for a core
+                // below CPU_SETSIZE, checked first.
+                let pinned = unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    if (core as usize) < 8 * std::mem::size_of::<libc::cpu_set_t>() {
+                        libc::CPU_SET(core as usize, &mut set);
+                    }
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+                };
+                let _ = ready_tx.send(pinned);
+                while pinned && !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        match ready_rx.recv() {
+            Ok(true) => Ok(Spinner {
+                stop,
+                thread: Some(thread),
+            }),
+            _ => Err(format!("--spin-core {core}: cannot pin a thread there")),
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 enum Receiver {
@@ -58,6 +111,7 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         return Err("the warm-up must be shorter than the run".into());
     }
     let _topology = Topology::up(row)?;
+    let _spinner = options.spin_core.map(Spinner::start).transpose()?;
     let receiver_ip = if pairing.userstack_receives() {
         RECEIVER_USERSTACK
     } else {
@@ -119,6 +173,7 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
     Ok(Measurement {
         row: row.label.to_string(),
         pairing,
+        spin_core: options.spin_core,
         seconds,
         flow_mbps,
         sender: moved(&first.sender, &last.sender),
@@ -140,6 +195,10 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
         }
     };
     flows.resize(row.flows.max(flows.len()), 0);
+    let tcp_only = |mut counters: Counters| {
+        counters.retain(|section, _| section == "Tcp" || section == "TcpExt");
+        counters
+    };
     let sender = match sender {
         Sender::Linux(_) => linux::counters(SENDER_NS).map_err(|e| format!("counters: {e}"))?,
         Sender::Userstack(runner) => runner.counters()?,
@@ -151,7 +210,7 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
     Ok(Sample {
         at,
         flows,
-        sender,
-        receiver,
+        sender: tcp_only(sender),
+        receiver: tcp_only(receiver),
     })
 }
