@@ -222,16 +222,11 @@ fn four_flows_keep_the_path_full_through_a_millisecond_of_reordering_jitter() {
     let scenario = load("four-flows-jitter-1ms");
     let reports = run_many(&scenario);
     let goodput: Vec<f64> = reports.iter().map(|r| r.aggregate_goodput_mbps).collect();
-    let jain: Vec<f64> = reports.iter().map(|r| -r.jain_index).collect();
+    let jain: Vec<f64> = reports.iter().map(|r| r.jain_index).collect();
     let resent: Vec<f64> = reports.iter().map(|r| r.network.retransmit_ratio).collect();
-    let lowest = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
     let (r50, r90, rmax) = distribution(&resent);
-    let (g50, g10, gmin) = (
-        median(&goodput),
-        percentile(&goodput, 10.0),
-        lowest(&goodput),
-    );
-    let (j50, jmin) = (-median(&jain), -distribution(&jain).2);
+    let (g50, g10, gmin) = lower_tail(&goodput);
+    let (j50, _, jmin) = lower_tail(&jain);
     println!(
         "{{\"scenario\": \"four-flows-jitter-1ms\", \"seeds\": {}, \"goodput_mbps\": {{\"median\": {g50:.2}, \"p10\": {g10:.2}, \"worst\": {gmin:.2}}}, \"jain\": {{\"median\": {j50:.4}, \"worst\": {jmin:.4}}}, \"retransmitted_per_sent\": {{\"median\": {r50:.4}, \"p90\": {r90:.4}, \"worst\": {rmax:.4}}}}}",
         reports.len()
@@ -265,7 +260,7 @@ fn five_percent_loss_with_sack_stays_within_the_loss_limited_share_on_every_seed
         .collect();
     let drops: Vec<f64> = sack.iter().map(|r| r.network.queue_drops as f64).collect();
     let without: Vec<f64> = no_sack.iter().map(|r| r.aggregate_goodput_mbps).collect();
-    let lowest = goodput.iter().copied().fold(f64::MAX, f64::min);
+    let lowest = lower_tail(&goodput).2;
     let (g50, _, gmax) = distribution(&goodput);
     let (p50, p90, pmax) = distribution(&per_loss);
     let n50 = median(&without);
@@ -312,8 +307,11 @@ fn four_flows_of_different_rtts_keep_the_path_full() {
         .collect();
     let jain: Vec<f64> = reports.iter().map(|r| r.jain_index).collect();
     let resent: Vec<f64> = reports.iter().map(|r| r.network.retransmit_ratio).collect();
-    let lowest = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
-    let (gmin, smin, jmin) = (lowest(&goodput), lowest(&smallest_flow), lowest(&jain));
+    let (gmin, smin, jmin) = (
+        lower_tail(&goodput).2,
+        lower_tail(&smallest_flow).2,
+        lower_tail(&jain).2,
+    );
     let (r50, r90, rmax) = distribution(&resent);
     println!(
         "{{\"scenario\": \"four-flows-different-rtts\", \"seeds\": {}, \"goodput_mbps\": {{\"median\": {:.2}, \"worst\": {gmin:.2}}}, \"smallest_flow_mbps\": {{\"median\": {:.2}, \"worst\": {smin:.2}}}, \"jain\": {{\"median\": {:.3}, \"worst\": {jmin:.3}}}, \"retransmitted_per_sent\": {{\"median\": {r50:.4}, \"p90\": {r90:.4}, \"worst\": {rmax:.4}}}}}",
