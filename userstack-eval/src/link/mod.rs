@@ -122,38 +122,12 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         .collect();
     let ports: Vec<u16> = row.ports().iter().map(|&(port, _)| port).collect();
     let receiver = if pairing.userstack_receives() {
-        let config = runner::config(
-            RECEIVER_IF,
-            RECEIVER_USERSTACK,
-            RECEIVER_GATEWAY,
-            options.core,
-            row.sack,
-            &Role::Receive(ports),
-        );
-        Receiver::Userstack(Runner::start(
-            &options.runner,
-            RECEIVER_NS,
-            &config,
-            &options.dir,
-        )?)
+        Receiver::Userstack(start_userstack(options, row.sack, Role::Receive(ports))?)
     } else {
         Receiver::Linux(Sink::start(RECEIVER_NS, &ports).map_err(|e| format!("sink: {e}"))?)
     };
     let sender = if pairing.userstack_sends() {
-        let config = runner::config(
-            SENDER_IF,
-            SENDER_USERSTACK,
-            SENDER_GATEWAY,
-            options.core,
-            row.sack,
-            &Role::Send(targets),
-        );
-        Sender::Userstack(Runner::start(
-            &options.runner,
-            SENDER_NS,
-            &config,
-            &options.dir,
-        )?)
+        Sender::Userstack(start_userstack(options, row.sack, Role::Send(targets))?)
     } else {
         Sender::Linux(Senders::start(SENDER_NS, &targets).map_err(|e| format!("senders: {e}"))?)
     };
@@ -179,6 +153,22 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         sender: moved(&first.sender, &last.sender),
         receiver: moved(&first.receiver, &last.receiver),
     })
+}
+
+/// The runner at its end of the link for `role`: the receiver's namespace and veth to
+/// receive, the sender's to send.
+fn start_userstack(options: &Options, sack: bool, role: Role) -> Result<Runner, String> {
+    let (ns, interface, address, gateway) = match role {
+        Role::Receive(_) => (
+            RECEIVER_NS,
+            RECEIVER_IF,
+            RECEIVER_USERSTACK,
+            RECEIVER_GATEWAY,
+        ),
+        Role::Send(_) => (SENDER_NS, SENDER_IF, SENDER_USERSTACK, SENDER_GATEWAY),
+    };
+    let config = runner::config(interface, address, gateway, options.core, sack, &role);
+    Runner::start(&options.runner, ns, &config, &options.dir)
 }
 
 /// Bytes per flow (padded with zeros to the row's flows: a flow that never connected moved
