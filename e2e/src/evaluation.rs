@@ -27,6 +27,8 @@ pub struct Evaluation {
     /// A guest core kept busy by a spinning thread during every run (`userstack-eval link
     /// --spin-core`).
     pub spin_core: Option<u32>,
+    /// Runs of every row and pairing, in interleaved rounds (at least 1).
+    pub repeat: u32,
 }
 
 /// Boots a lab with one VM node, runs `evaluation` in its guest and returns the measurements;
@@ -66,7 +68,7 @@ pub fn in_guest(lab: &Lab, evaluation: &Evaluation) -> Result<Vec<Measurement>> 
     } else {
         evaluation.pairings.len()
     };
-    let runs = (rows * pairings) as u32;
+    let runs = (rows * pairings) as u32 * evaluation.repeat.max(1);
     let mut script = format!(
         "{} link --runner {} --out {} --seconds {} --warmup {}",
         lab.eval_binary().display(),
@@ -85,6 +87,7 @@ pub fn in_guest(lab: &Lab, evaluation: &Evaluation) -> Result<Vec<Measurement>> 
     if let Some(core) = evaluation.spin_core {
         script.push_str(&format!(" --spin-core {core}"));
     }
+    script.push_str(&format!(" --repeat {}", evaluation.repeat.max(1)));
     let budget = (evaluation.duration + PER_RUN_OVERHEAD) * runs;
     let output = vm.exec_with_budget(&script, budget);
     if !output.success() {

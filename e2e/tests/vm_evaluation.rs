@@ -4,7 +4,7 @@
 //! every flow carries data in every pairing; with 5 % loss and SACK off on both ends every
 //! sender retransmits and recovers without SACK, which proves that netem's loss and the
 //! row's SACK setting reach both stacks; and the four flows of different RTTs each get
-//! through the router's per-port delays.
+//! through the router's per-port delays. Every run records where its time went.
 
 use hoststack_e2e::evaluation::{on_vm, Evaluation};
 use std::time::Duration;
@@ -21,6 +21,7 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
         duration: Duration::from_secs(5),
         warmup: Duration::from_secs(2),
         spin_core: None,
+        repeat: 1,
     })
     .expect("the evaluation runs in the VM node's guest");
     let of = |row: &str, pairing: Pairing| -> &Measurement {
@@ -47,6 +48,30 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
             lossy.sent("TcpExt", "TCPRenoRecovery") + lossy.rtos() > 0,
             "losses without SACK end in NewReno recovery or a timeout: {lossy:#?}"
         );
+        // Where the time went is recorded for every run: both vCPUs' shares, what held a
+        // Linux sender back, the runner's busy share and its queue's drops.
+        let load = &lossy.load;
+        assert_eq!(load.cpu_busy.len(), 2, "{lossy:#?}");
+        let share = |v: f64| (0.0..=1.0).contains(&v);
+        assert!(
+            load.cpu_busy
+                .iter()
+                .chain(&load.cpu_softirq)
+                .all(|&v| share(v)),
+            "{load:?}"
+        );
+        assert_eq!(
+            load.rwnd_limited.is_some_and(share),
+            !pairing.userstack_sends(),
+            "{load:?}"
+        );
+        let runner = pairing != Pairing::LinuxToLinux;
+        assert_eq!(
+            load.runner_busy.is_some_and(|b| b > 0.0 && b <= 1.0),
+            runner,
+            "{load:?}"
+        );
+        assert_eq!(load.runner_drops.is_some(), runner, "{load:?}");
         let rtts = of(RTTS, pairing);
         assert_eq!(rtts.flow_mbps.len(), 4, "{rtts:#?}");
         assert!(

@@ -29,5 +29,6 @@ pub use config::{
     ServiceConfig, ServiceKind, TcpOptions, DEFAULT_DRAIN_TIMEOUT_MS,
 };
 pub use stats::{
-    RunState, RunnerStats, ServiceStats, ShardStats, SteeringSource, SteeringStats, StopStats,
+    QueueDrops, RunState, RunnerStats, ServiceStats, ShardStats, SteeringSource, SteeringStats,
+    StopStats,
 };

@@ -3,8 +3,9 @@
 //! `NodeTuning.status.userspaceStack` and the exporter. camelCase fields. Read leniently
 //! (unknown fields are ignored, see the crate doc). Required: every field the agent's report
 //! rests on (pid, state, mode, shards, services, netstat), so a renamed one fails to parse.
-//! Optional: `backend` (the agent knows which one it asked for), `steering` (absent from
-//! runners that predate it) and `stop` (present once stopping).
+//! Optional: `backend` (the agent knows which one it asked for), `steering` and a shard's
+//! `busyNanos`, `runNanos` and `drops` (absent from runners that predate them) and `stop`
+//! (present once stopping).
 
 use std::collections::BTreeMap;
 
@@ -68,6 +69,55 @@ pub struct ShardStats {
     pub tx_packets: u64,
     /// Open connections.
     pub connections: u64,
+    /// Nanoseconds of the shard's loop spent in turns that received, sent or served
+    /// something; the rest of [`ShardStats::run_nanos`] it polled an empty device or parked.
+    /// 0 from runners that predate it.
+    #[serde(default)]
+    pub busy_nanos: u64,
+    /// Nanoseconds the shard's loop has run. 0 from runners that predate it.
+    #[serde(default)]
+    pub run_nanos: u64,
+    /// The device queue's own drop counters, where the backend keeps them (AF_XDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drops: Option<QueueDrops>,
+}
+
+/// Frames a device queue dropped or could not take, as the kernel counts them for an AF_XDP
+/// socket (`XDP_STATISTICS`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueDrops {
+    /// Frames dropped for reasons other than invalid descriptors (`rx_dropped`).
+    pub rx_dropped: u64,
+    /// Frames dropped because the rx ring was full: the shard did not take them in time
+    /// (`rx_ring_full`).
+    pub rx_ring_full: u64,
+    /// Times the fill ring had no frame for an arriving packet (`rx_fill_ring_empty_descs`).
+    pub rx_fill_ring_empty: u64,
+    /// Times the kernel found the tx ring empty when asked to send (`tx_ring_empty_descs`).
+    pub tx_ring_empty: u64,
+    /// Frames the shard dropped itself because the tx ring had no free slot or UMEM frame
+    /// (counted by the runner, not the kernel).
+    pub tx_ring_full: u64,
+}
+
+impl QueueDrops {
+    /// Frames lost: dropped on receive (no fill frame, a full rx ring) or, by the runner, on
+    /// send. The two `empty` counts are events, not losses.
+    pub fn lost(&self) -> u64 {
+        self.rx_dropped + self.rx_ring_full + self.tx_ring_full
+    }
+
+    /// `f` applied field by field to `self` and `other` (sums over shards, moves over time).
+    pub fn combine(self, other: QueueDrops, f: impl Fn(u64, u64) -> u64) -> QueueDrops {
+        QueueDrops {
+            rx_dropped: f(self.rx_dropped, other.rx_dropped),
+            rx_ring_full: f(self.rx_ring_full, other.rx_ring_full),
+            rx_fill_ring_empty: f(self.rx_fill_ring_empty, other.rx_fill_ring_empty),
+            tx_ring_empty: f(self.tx_ring_empty, other.tx_ring_empty),
+            tx_ring_full: f(self.tx_ring_full, other.tx_ring_full),
+        }
+    }
 }
 
 /// A service being served.
@@ -151,6 +201,15 @@ mod tests {
                 rx_packets: 10,
                 tx_packets: 8,
                 connections: 2,
+                busy_nanos: 700,
+                run_nanos: 1000,
+                drops: Some(QueueDrops {
+                    rx_dropped: 1,
+                    rx_ring_full: 2,
+                    rx_fill_ring_empty: 3,
+                    tx_ring_empty: 4,
+                    tx_ring_full: 5,
+                }),
             }],
             services: vec![ServiceStats {
                 kind: ServiceKind::Http,
@@ -173,7 +232,14 @@ mod tests {
             "backend": "afXdp",
             "mode": "zeroCopy",
             "shards": [
-                { "core": 1, "queue": 0, "rxPackets": 10, "txPackets": 8, "connections": 2 }
+                {
+                    "core": 1, "queue": 0, "rxPackets": 10, "txPackets": 8, "connections": 2,
+                    "busyNanos": 700, "runNanos": 1000,
+                    "drops": {
+                        "rxDropped": 1, "rxRingFull": 2, "rxFillRingEmpty": 3, "txRingEmpty": 4,
+                        "txRingFull": 5
+                    }
+                }
             ],
             "services": [ { "kind": "Http", "port": 80 } ],
             "steering": { "source": "nic", "key": "6d5a56da", "indirectionSize": 128 },
@@ -192,6 +258,17 @@ mod tests {
         assert_eq!(serde_json::to_value(&stats).unwrap(), json);
         let back: RunnerStats = serde_json::from_value(json).unwrap();
         assert_eq!(back, stats);
+    }
+
+    #[test]
+    fn drops_combine_field_by_field_and_count_losses_only() {
+        let (stats, _) = full();
+        let drops = stats.shards[0].drops.unwrap();
+        let twice = drops.combine(drops, |a, b| a + b);
+        assert_eq!((twice.rx_dropped, twice.tx_ring_full), (2, 10));
+        // rxDropped 1 + rxRingFull 2 + txRingFull 5; the empty-ring events are not losses.
+        assert_eq!(drops.lost(), 8);
+        assert_eq!(twice.combine(drops, u64::saturating_sub), drops);
     }
 
     #[test]
@@ -242,10 +319,20 @@ mod tests {
         for field in ["backend", "steering", "stop"] {
             object.remove(field);
         }
+        // So are a shard's load and drops.
+        let shard = object["shards"][0].as_object_mut().unwrap();
+        for field in ["busyNanos", "runNanos", "drops"] {
+            shard.remove(field);
+        }
         let parsed: RunnerStats = serde_json::from_value(earlier).unwrap();
         assert_eq!(
             (parsed.backend, parsed.steering, parsed.stop),
             (None, None, None)
+        );
+        let shard = &parsed.shards[0];
+        assert_eq!(
+            (shard.busy_nanos, shard.run_nanos, shard.drops),
+            (0, 0, None)
         );
     }
 }

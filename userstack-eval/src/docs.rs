@@ -1,7 +1,7 @@
 //! docs/evaluation.md and its plots, from the simulator's runs and the real link's
 //! measurements.
 
-use crate::report::{Mark, Measurement, Pairing};
+use crate::report::{Mark, Measurement, Pairing, Summary};
 use crate::rows::{Row, ROWS};
 use crate::sim;
 use plotters::prelude::*;
@@ -44,20 +44,37 @@ pub fn sim_table(runs: &[(&Row, Vec<Report>)]) -> String {
     table
 }
 
-/// The real link's table: per row, one line per pairing, userstack's lines marked against
+/// The runs of `row` with `pairing`.
+fn runs_of<'a>(
+    measurements: &'a [Measurement],
+    row: &Row,
+    pairing: Pairing,
+) -> Vec<&'a Measurement> {
+    measurements
+        .iter()
+        .filter(|m| m.row == row.label && m.pairing == pairing)
+        .collect()
+}
+
+/// A median, with the lowest run in brackets when there were several.
+fn with_lowest(median: f64, lowest: f64, runs: usize, digits: usize) -> String {
+    if runs > 1 {
+        format!("{median:.digits$} ({lowest:.digits$})")
+    } else {
+        format!("{median:.digits$}")
+    }
+}
+
+/// The real link's table: per row, one line per pairing (medians over its runs, the lowest
+/// goodput and Jain in brackets when there were several), userstack's lines marked against
 /// Linux → Linux on the same row, and the simulator's median goodput beside them.
 pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) -> String {
     let mut table = String::from(
-        "| row | sender → receiver | goodput, Mbit/s | Jain | retransmitted/sent, % | recoveries | RTOs | undos | against Linux → Linux | simulator, Mbit/s |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| row | sender → receiver | runs | goodput, Mbit/s | Jain | retransmitted/sent, % | recoveries | RTOs | undos | against Linux → Linux | simulator, Mbit/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (row, reports) in runs {
-        let of_row = |pairing| {
-            measurements
-                .iter()
-                .find(|m| m.row == row.label && m.pairing == pairing)
-        };
-        let reference = of_row(Pairing::LinuxToLinux);
+        let reference = Summary::of(&runs_of(measurements, row, Pairing::LinuxToLinux));
         let simulated = median(
             &reports
                 .iter()
@@ -65,10 +82,12 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
                 .collect::<Vec<_>>(),
         );
         for pairing in Pairing::ALL {
-            let Some(m) = of_row(pairing) else { continue };
-            let mark = match (pairing, reference) {
+            let Some(m) = Summary::of(&runs_of(measurements, row, pairing)) else {
+                continue;
+            };
+            let mark = match (pairing, &reference) {
                 (Pairing::LinuxToLinux, _) => "reference".to_string(),
-                (_, Some(linux)) => Mark::of(m, linux).as_str().to_string(),
+                (_, Some(linux)) => Mark::of(&m, linux).as_str().to_string(),
                 (_, None) => "no reference".to_string(),
             };
             let sim_cell = if pairing == Pairing::UserstackToLinux {
@@ -78,15 +97,67 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
             };
             let _ = writeln!(
                 table,
-                "| {} | {} | {:.2} | {:.3} | {:.2} | {} | {} | {} | {mark} | {sim_cell} |",
+                "| {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {mark} | {sim_cell} |",
                 row.label,
                 names(pairing),
-                m.goodput_mbps(),
-                m.jain(),
-                m.retransmitted_per_sent() * 100.0,
-                m.recoveries(),
-                m.rtos(),
-                m.undos(),
+                m.runs,
+                with_lowest(m.goodput_mbps, m.lowest_goodput_mbps, m.runs, 2),
+                with_lowest(m.jain, m.lowest_jain, m.runs, 3),
+                m.retransmitted_per_sent * 100.0,
+                m.recoveries,
+                m.rtos,
+                m.undos,
+            );
+        }
+    }
+    table
+}
+
+/// Where the time went on the real link, per row and pairing (medians over the runs that
+/// recorded it): each vCPU's busy and softirq shares, how much of the Linux sender's time the
+/// receiver's window held it back, the runner's busy share and the frames its queue lost.
+pub fn load_table(measurements: &[Measurement]) -> String {
+    let mut table = String::from(
+        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for row in ROWS.iter() {
+        for pairing in Pairing::ALL {
+            let runs: Vec<&Measurement> = runs_of(measurements, row, pairing)
+                .into_iter()
+                .filter(|m| !m.load.cpu_busy.is_empty())
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let per_cpu = |f: &dyn Fn(&Measurement) -> &Vec<f64>| {
+                let cpus = runs.iter().map(|m| f(m).len()).min().unwrap_or(0);
+                (0..cpus)
+                    .map(|c| {
+                        let shares: Vec<f64> = runs.iter().map(|m| f(m)[c] * 100.0).collect();
+                        format!("{:.0}", median(&shares))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let optional = |f: &dyn Fn(&Measurement) -> Option<f64>, digits: usize| {
+                let values: Vec<f64> = runs.iter().filter_map(|m| f(m)).collect();
+                if values.is_empty() {
+                    "—".to_string()
+                } else {
+                    format!("{:.digits$}", median(&values))
+                }
+            };
+            let _ = writeln!(
+                table,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                row.label,
+                names(pairing),
+                per_cpu(&|m| &m.load.cpu_busy),
+                per_cpu(&|m| &m.load.cpu_softirq),
+                optional(&|m| m.load.rwnd_limited.map(|s| s * 100.0), 1),
+                optional(&|m| m.load.runner_busy.map(|s| s * 100.0), 1),
+                optional(&|m| m.load.runner_drops.map(|d| d.lost() as f64), 0),
             );
         }
     }
@@ -173,8 +244,10 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          slot is one wire-sized packet for both stacks. Linux is the guest's own TCP (CUBIC,\n\
          `tcp_no_metrics_save=1`, the row's `tcp_sack` on both ends); userstack is the runner\n\
          `hoststack-userstack` with AF_XDP (copy mode) on its end's veth, pinned to vCPU 1,\n\
-         sending with its bulk clients or receiving with its discard service. Each line is one\n\
-         run with a fresh link: {seconds:.0} s measured after the warm-up. Goodput is what the\n\
+         sending with its bulk clients or receiving with its discard service. Each run has a\n\
+         fresh link and measures {seconds:.0} s after the warm-up; the rounds interleave the\n\
+         rows and pairings, and each line gives the median over its runs by nearest rank (the\n\
+         lower of two; the lowest goodput and Jain in brackets when there were several). Goodput is what the\n\
          Linux receiver read or, when userstack receives, what the Linux sender saw acknowledged\n\
          (`tcpi_bytes_acked`); the counters are the sender's, moved over the window: recoveries\n\
          are TCPSackRecovery + TCPRenoRecovery, RTOs TCPTimeouts, undos TCPFullUndo +\n\
@@ -185,8 +258,15 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          against the real link.\n\n\
          What differs between the stacks: userstack busy-polls its vCPU while Linux sleeps in\n\
          its socket calls, and its frames go through AF_XDP copy mode on the veth (a copy and a\n\
-         system call per batch) where Linux's go through the veth directly.\n\n{}",
-        link_table(measurements, runs)
+         system call per batch) where Linux's go through the veth directly.\n\n{}\n\
+         Where the time went in the same runs (medians): each vCPU's share of the window busy\n\
+         and in softirq (`/proc/stat`; vCPU 1 is the runner's, which busy-polls), the share of\n\
+         the Linux sender's sending time that the receiver's window held it back\n\
+         (`tcpi_rwnd_limited` ÷ `tcpi_busy_time` over its connections), the share of the\n\
+         runner's loop in turns that did something, and the frames its AF_XDP queue lost (rx\n\
+         dropped or ring full, tx ring full).\n\n{}",
+        link_table(measurements, runs),
+        load_table(measurements),
     )
 }
 

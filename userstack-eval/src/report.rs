@@ -1,7 +1,9 @@
 //! What one run of one row measured, and how userstack's figures compare with Linux's.
 
+use hoststack_runner_api::QueueDrops;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use userstack_sim::median;
 
 /// Counters by section and name, as /proc/net/snmp and /proc/net/netstat name them
 /// (`Tcp` → `RetransSegs`, `TcpExt` → `TCPSackRecovery`); the runner's stats use the same.
@@ -81,6 +83,33 @@ pub struct Measurement {
     pub sender: Counters,
     /// How far the receiving stack's counters moved over the window.
     pub receiver: Counters,
+    /// Where the window's time went (absent from runs that predate it).
+    #[serde(default)]
+    pub load: Load,
+}
+
+/// Where a run's time went: the guest's CPUs, what held Linux's sender back, and how busy the
+/// runner was and what its queue dropped — to tell a stack's own limit from the machine's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Load {
+    /// Each guest CPU's share of the window busy (neither idle nor waiting for I/O), by CPU.
+    pub cpu_busy: Vec<f64>,
+    /// Each guest CPU's share of the window in softirq (veth, netem, tbf, XDP), by CPU.
+    pub cpu_softirq: Vec<f64>,
+    /// When Linux sends: the share of its connections' sending time that the receiver's
+    /// window held it back (`tcpi_rwnd_limited` ÷ `tcpi_busy_time`, summed over flows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rwnd_limited: Option<f64>,
+    /// When Linux sends: the share its send buffer held it back (`tcpi_sndbuf_limited`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sndbuf_limited: Option<f64>,
+    /// When userstack is an end: the share of its loop's time in turns that did something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_busy: Option<f64>,
+    /// When userstack is an end: what its AF_XDP queue dropped over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_drops: Option<QueueDrops>,
 }
 
 impl Measurement {
@@ -117,6 +146,52 @@ impl Measurement {
     /// Congestion responses the sender undid (TCPFullUndo + TCPLossUndo).
     pub fn undos(&self) -> i64 {
         self.sent("TcpExt", "TCPFullUndo") + self.sent("TcpExt", "TCPLossUndo")
+    }
+}
+
+/// One row and pairing over its runs: the median of each figure, and the lowest goodput and
+/// Jain (the worst run).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// How many runs.
+    pub runs: usize,
+    /// Median goodput, Mbit/s.
+    pub goodput_mbps: f64,
+    /// Lowest goodput, Mbit/s.
+    pub lowest_goodput_mbps: f64,
+    /// Median Jain's index.
+    pub jain: f64,
+    /// Lowest Jain's index.
+    pub lowest_jain: f64,
+    /// Median retransmitted/sent.
+    pub retransmitted_per_sent: f64,
+    /// Median fast recoveries.
+    pub recoveries: f64,
+    /// Median RTOs.
+    pub rtos: f64,
+    /// Median undos.
+    pub undos: f64,
+}
+
+impl Summary {
+    /// The summary of `runs`; `None` when there are none.
+    pub fn of(runs: &[&Measurement]) -> Option<Summary> {
+        if runs.is_empty() {
+            return None;
+        }
+        let all = |f: &dyn Fn(&Measurement) -> f64| runs.iter().map(|m| f(m)).collect::<Vec<_>>();
+        let lowest = |values: Vec<f64>| values.into_iter().fold(f64::INFINITY, f64::min);
+        Some(Summary {
+            runs: runs.len(),
+            goodput_mbps: median(&all(&Measurement::goodput_mbps)),
+            lowest_goodput_mbps: lowest(all(&Measurement::goodput_mbps)),
+            jain: median(&all(&Measurement::jain)),
+            lowest_jain: lowest(all(&Measurement::jain)),
+            retransmitted_per_sent: median(&all(&Measurement::retransmitted_per_sent)),
+            recoveries: median(&all(&|m| m.recoveries() as f64)),
+            rtos: median(&all(&|m| m.rtos() as f64)),
+            undos: median(&all(&|m| m.undos() as f64)),
+        })
     }
 }
 
@@ -169,16 +244,16 @@ pub enum Mark {
 }
 
 impl Mark {
-    /// `userstack` against `linux`: goodput and Jain within 2 % count as equal, and
-    /// retransmitted/sent may exceed Linux's by 0.2 percentage points.
-    pub fn of(userstack: &Measurement, linux: &Measurement) -> Mark {
+    /// `userstack` against `linux` (medians over their runs): goodput and Jain within 2 %
+    /// count as equal, and retransmitted/sent may exceed Linux's by 0.2 percentage points.
+    pub fn of(userstack: &Summary, linux: &Summary) -> Mark {
         let below = |ours: f64, theirs: f64| ours < theirs * 0.98;
-        let worse = below(userstack.goodput_mbps(), linux.goodput_mbps())
-            || below(userstack.jain(), linux.jain())
-            || userstack.retransmitted_per_sent() > linux.retransmitted_per_sent() + 0.002;
+        let worse = below(userstack.goodput_mbps, linux.goodput_mbps)
+            || below(userstack.jain, linux.jain)
+            || userstack.retransmitted_per_sent > linux.retransmitted_per_sent + 0.002;
         if worse {
             Mark::Worse
-        } else if userstack.goodput_mbps() > linux.goodput_mbps() * 1.02 {
+        } else if userstack.goodput_mbps > linux.goodput_mbps * 1.02 {
             Mark::Better
         } else {
             Mark::Equal
@@ -199,6 +274,10 @@ impl Mark {
 mod tests {
     use super::*;
 
+    fn summary(flow_mbps: &[f64], retrans: i64, out: i64) -> Summary {
+        Summary::of(&[&measured(flow_mbps, retrans, out)]).unwrap()
+    }
+
     fn measured(flow_mbps: &[f64], retrans: i64, out: i64) -> Measurement {
         let mut tcp = BTreeMap::new();
         tcp.insert("RetransSegs".to_string(), retrans);
@@ -211,6 +290,7 @@ mod tests {
             flow_mbps: flow_mbps.to_vec(),
             sender: [("Tcp".to_string(), tcp)].into(),
             receiver: Counters::new(),
+            load: Load::default(),
         }
     }
 
@@ -223,33 +303,50 @@ mod tests {
 
     #[test]
     fn marks_follow_the_two_percent_and_two_tenths_of_a_point_rules() {
-        let linux = measured(&[50.0, 50.0], 10, 10_000); // 0.1 %
+        let linux = summary(&[50.0, 50.0], 10, 10_000); // 0.1 %
         assert_eq!(
-            Mark::of(&measured(&[49.5, 49.5], 10, 10_000), &linux),
+            Mark::of(&summary(&[49.5, 49.5], 10, 10_000), &linux),
             Mark::Equal
         );
         assert_eq!(
-            Mark::of(&measured(&[51.5, 51.5], 10, 10_000), &linux),
+            Mark::of(&summary(&[51.5, 51.5], 10, 10_000), &linux),
             Mark::Better
         );
         assert_eq!(
-            Mark::of(&measured(&[48.0, 48.0], 10, 10_000), &linux),
+            Mark::of(&summary(&[48.0, 48.0], 10, 10_000), &linux),
             Mark::Worse
         );
         // Unfair: Jain 0.9 against 1.0.
         assert_eq!(
-            Mark::of(&measured(&[75.0, 25.0], 10, 10_000), &linux),
+            Mark::of(&summary(&[75.0, 25.0], 10, 10_000), &linux),
             Mark::Worse
         );
         // 0.1 % + 0.25 points of retransmissions.
         assert_eq!(
-            Mark::of(&measured(&[52.0, 52.0], 35, 10_000), &linux),
+            Mark::of(&summary(&[52.0, 52.0], 35, 10_000), &linux),
             Mark::Worse
         );
         assert_eq!(
-            Mark::of(&measured(&[52.0, 52.0], 29, 10_000), &linux),
+            Mark::of(&summary(&[52.0, 52.0], 29, 10_000), &linux),
             Mark::Better
         );
+    }
+
+    #[test]
+    fn a_summary_takes_medians_and_the_worst_run() {
+        let runs = [
+            measured(&[40.0, 40.0], 10, 1000),
+            measured(&[45.0, 15.0], 30, 1000),
+            measured(&[50.0, 50.0], 20, 1000),
+        ];
+        let s = Summary::of(&runs.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(
+            (s.runs, s.goodput_mbps, s.lowest_goodput_mbps),
+            (3, 80.0, 60.0)
+        );
+        assert_eq!((s.jain, s.lowest_jain), (1.0, 0.8));
+        assert_eq!(s.retransmitted_per_sent, 0.02);
+        assert_eq!(Summary::of(&[]), None);
     }
 
     #[test]

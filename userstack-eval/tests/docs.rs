@@ -18,15 +18,31 @@ const LINK: &str = r#"[
    "receiver": {}}
 ]"#;
 
+/// A second file: a second run of two pairings, with where their time went.
+const REPEATED: &str = r#"[
+  {"row": "1 flow, 1 % loss", "pairing": "linuxToLinux", "seconds": 20.0, "flowMbps": [40.0],
+   "sender": {"Tcp": {"OutSegs": 100000, "RetransSegs": 1000}, "TcpExt": {"TCPSackRecovery": 300}},
+   "receiver": {},
+   "load": {"cpuBusy": [0.5, 1.0], "cpuSoftirq": [0.25, 0.0], "rwndLimited": 0.125}},
+  {"row": "1 flow, 1 % loss", "pairing": "linuxToUserstack", "seconds": 20.0, "flowMbps": [38.0],
+   "sender": {"Tcp": {"OutSegs": 100000, "RetransSegs": 2000}},
+   "receiver": {},
+   "load": {"cpuBusy": [0.9, 1.0], "cpuSoftirq": [0.5, 0.0], "rwndLimited": 0.0,
+            "runnerBusy": 0.75,
+            "runnerDrops": {"rxDropped": 1, "rxRingFull": 2, "rxFillRingEmpty": 3,
+                            "txRingEmpty": 4, "txRingFull": 5}}}
+]"#;
+
 #[test]
 fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     let dir = std::env::temp_dir().join(format!("userstack-eval-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("link.json");
+    let (link, repeated) = (dir.join("link.json"), dir.join("repeated.json"));
     std::fs::write(&link, LINK).unwrap();
+    std::fs::write(&repeated, REPEATED).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_userstack-eval"))
         .args(["docs", "--seeds", "1", "--link"])
-        .arg(&link)
+        .arg(format!("{},{}", link.display(), repeated.display()))
         .arg("--write")
         .arg(&dir)
         .output()
@@ -57,13 +73,38 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
             .unwrap_or_else(|| panic!("no {pairing} line in {link_part}"))
             .to_string()
     };
+    // Two runs: medians by nearest rank (the lower of two), the lowest in brackets.
+    let linux = line("| Linux → Linux | 2 |");
     assert!(
-        line("| Linux → Linux |").contains("| 40.00 | 1.000 | 1.00 | 300 | 0 | 0 | reference |")
+        linux.contains("| 40.00 (40.00) | 1.000 (1.000) | 1.00 | 300 | 0 | 0 | reference |"),
+        "{linux}"
     );
+    let userstack = line("| userstack → Linux | 1 |");
     assert!(
-        line("| userstack → Linux |").contains("| 39.40 | 1.000 | 1.01 | 280 | 2 | 0 | equal |")
+        userstack.contains("| 39.40 | 1.000 | 1.01 | 280 | 2 | 0 | equal |"),
+        "{userstack}"
     );
-    assert!(line("| Linux → userstack |").contains("| worse |"));
+    let receiving = line("| Linux → userstack | 2 |");
+    assert!(receiving.contains("| 38.00 (38.00) |"), "{receiving}");
+    assert!(receiving.contains("| worse |"), "{receiving}");
+    // Where the time went, from the runs that recorded it: per vCPU busy and softirq, the
+    // Linux sender held by the window, the runner's busy share and its queue's losses.
+    let load = |pairing: &str| {
+        let lines: Vec<&str> = link_part
+            .lines()
+            .filter(|l| l.starts_with("| 1 flow, 1 % loss | ") && l.contains(pairing))
+            .collect();
+        assert_eq!(lines.len(), 2, "{link_part}");
+        lines[1].to_string()
+    };
+    assert_eq!(
+        load("| Linux → Linux |"),
+        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — |"
+    );
+    assert_eq!(
+        load("| Linux → userstack |"),
+        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 |"
+    );
     for plot in &plots {
         assert!(
             plot.contains(">\nSACK\n<") && plot.contains(">\nno SACK\n<"),

@@ -741,6 +741,20 @@ fn bulk_clients_fill_a_kernel_sink() {
         // About 5.8 MB sent: over a MiB on each connection.
         let stats = runner.wait_for(|s| s["netstat"]["Tcp"]["OutSegs"].as_u64() > Some(4000));
         assert_eq!(stats["netstat"]["Tcp"]["ActiveOpens"], 2, "{stats}");
+        // The shard's load and the AF_XDP socket's drop counters are published: sending
+        // flat out, the loop was busy for some of its time, never more than all of it.
+        let shard = &stats["shards"][0];
+        let (busy, ran) = (shard["busyNanos"].as_u64(), shard["runNanos"].as_u64());
+        assert!(busy > Some(0) && busy <= ran, "{shard}");
+        for field in [
+            "rxDropped",
+            "rxRingFull",
+            "rxFillRingEmpty",
+            "txRingEmpty",
+            "txRingFull",
+        ] {
+            assert!(shard["drops"][field].is_u64(), "{field}: {shard}");
+        }
         runner.stop();
         for reader in readers {
             let (read, ended) = reader.join().unwrap();

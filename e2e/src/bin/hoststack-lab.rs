@@ -162,6 +162,10 @@ struct EvaluateArgs {
     /// Linux → Linux without the core the runner takes).
     #[arg(long)]
     spin_core: Option<u32>,
+    /// Run every row and pairing this many times, in interleaved rounds; the tables give
+    /// medians and the lowest run.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
 }
 
 fn main() -> ExitCode {
@@ -470,6 +474,7 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         write,
         seeds,
         spin_core,
+        repeat,
     } = args;
     let (out, write) = (out.as_path(), write.as_deref());
     let rows: Vec<String> = match rows {
@@ -493,6 +498,7 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         duration: Duration::from_secs(seconds),
         warmup: Duration::from_secs(warmup),
         spin_core,
+        repeat,
     };
     let measurements = on_vm(&evaluation).map_err(|e| e.to_string())?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -503,8 +509,8 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
     println!("measurements in {}", out.display());
     if let Some(dir) = write {
         let how = format!(
-            "`hoststack-lab evaluate --seconds {seconds} --warmup {warmup} --out {out} --write \
-             {dir} --seeds {seeds}` (the real link's measurements are kept in {out}; \
+            "`hoststack-lab evaluate --seconds {seconds} --warmup {warmup} --repeat {repeat} \
+             --out {out} --write {dir} --seeds {seeds}` (the real link's measurements are kept in {out}; \
              `userstack-eval docs --seeds {seeds} --link {out} --write {dir}` regenerates this \
              page from them without a VM)",
             out = out.display(),

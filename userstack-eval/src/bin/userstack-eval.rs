@@ -3,15 +3,18 @@
 //!     userstack-eval sim [--seeds N]
 //!     userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N]
 //!                         [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N]
-//!     userstack-eval docs --write DIR [--seeds N] [--link FILE]
+//!                         [--repeat N]
+//!     userstack-eval docs --write DIR [--seeds N] [--link FILE[,FILE...]]
 //!
 //! `sim` prints the simulator's table (seeds 1..=N, default 5). `link` runs the rows on a
 //! real netem link between network namespaces (root, a kernel with netem and XDP: the VM
 //! node's guest) in the pairings linux-linux, userstack-linux and linux-userstack (default:
 //! all rows, all pairings, 30 s with 10 s of warm-up, the runner on core 1) and writes the
 //! measurements as JSON, after each run; `--spin-core N` keeps core N busy with a spinning
-//! thread during every run (a control: Linux → Linux without the core the runner takes). `docs` writes DIR/evaluation.md and its plots from the
-//! simulator and, with `--link`, those measurements.
+//! thread during every run (a control: Linux → Linux without the core the runner takes);
+//! `--repeat N` runs every row and pairing N times, in interleaved rounds. `docs` writes
+//! DIR/evaluation.md and its plots from the simulator and, with `--link`, those measurements
+//! (the runs of several files together).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,8 +25,8 @@ use userstack_eval::report::{Measurement, Pairing};
 use userstack_eval::rows::{self, Row, ROWS};
 
 const USAGE: &str = "usage: userstack-eval sim [--seeds N]
-       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N]
-       userstack-eval docs --write DIR [--seeds N] [--link FILE]";
+       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N] [--repeat N]
+       userstack-eval docs --write DIR [--seeds N] [--link FILE[,FILE...]]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -127,6 +130,7 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
         "--rows",
         "--pairings",
         "--spin-core",
+        "--repeat",
     ])?;
     let runner = flags
         .get("--runner")
@@ -163,23 +167,42 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
             .unwrap_or(Path::new("."))
             .to_path_buf(),
     };
+    let repeat = flags.number("--repeat", 1.0)?;
+    if repeat.fract() != 0.0 {
+        return Err(Problem::Usage("--repeat needs a whole number".into()));
+    }
     let mut measurements = Vec::new();
-    for row in chosen {
-        for &pairing in &pairings {
-            let m = link::measure(row, pairing, &options).map_err(|e| {
-                Problem::Failed(format!("{} with {}: {e}", row.label, pairing.as_str()))
-            })?;
-            eprintln!(
-                "{} | {} | {:.2} Mbit/s | Jain {:.3} | retransmitted/sent {:.2} %",
-                row.label,
-                pairing.as_str(),
-                m.goodput_mbps(),
-                m.jain(),
-                m.retransmitted_per_sent() * 100.0
-            );
-            measurements.push(m);
-            write_json(&out, &measurements)?;
-        }
+    // Round after round over every row and pairing, so that each pairing's runs spread over
+    // the same stretch of time.
+    for (row, &pairing) in (0..repeat as usize).flat_map(|_| {
+        chosen
+            .iter()
+            .flat_map(|row| pairings.iter().map(move |p| (row, p)))
+    }) {
+        let m = link::measure(row, pairing, &options).map_err(|e| {
+            Problem::Failed(format!("{} with {}: {e}", row.label, pairing.as_str()))
+        })?;
+        let percent =
+            |share: Option<f64>| share.map_or("—".into(), |s| format!("{:.1} %", s * 100.0));
+        eprintln!(
+            "{} | {} | {:.2} Mbit/s | Jain {:.3} | retransmitted/sent {:.2} % | vCPUs busy {:?} | \
+             held by the receive window {} | runner busy {} | lost at the runner's queue {:?}",
+            row.label,
+            pairing.as_str(),
+            m.goodput_mbps(),
+            m.jain(),
+            m.retransmitted_per_sent() * 100.0,
+            m.load
+                .cpu_busy
+                .iter()
+                .map(|b| (b * 100.0).round())
+                .collect::<Vec<_>>(),
+            percent(m.load.rwnd_limited),
+            percent(m.load.runner_busy),
+            m.load.runner_drops.map(|d| d.lost()),
+        );
+        measurements.push(m);
+        write_json(&out, &measurements)?;
     }
     Ok(())
 }
@@ -199,10 +222,16 @@ fn docs_command(flags: &Flags) -> Result<(), Problem> {
     let seeds = flags.seeds()?;
     let link: Option<Vec<Measurement>> = match flags.get("--link") {
         None => None,
-        Some(file) => {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| Problem::Failed(format!("reading {file}: {e}")))?;
-            Some(serde_json::from_str(&text).map_err(|e| Problem::Failed(format!("{file}: {e}")))?)
+        Some(files) => {
+            let mut all = Vec::new();
+            for file in files.split(',') {
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| Problem::Failed(format!("reading {file}: {e}")))?;
+                let runs: Vec<Measurement> = serde_json::from_str(&text)
+                    .map_err(|e| Problem::Failed(format!("{file}: {e}")))?;
+                all.extend(runs);
+            }
+            Some(all)
         }
     };
     let mut command = format!("userstack-eval docs --seeds {seeds}");

@@ -221,8 +221,35 @@ impl Senders {
 
     /// Bytes each connection's peer has acknowledged so far (`tcpi_bytes_acked`).
     pub fn acknowledged(&self) -> std::io::Result<Vec<u64>> {
-        self.streams.iter().map(|s| bytes_acked(s)).collect()
+        self.streams
+            .iter()
+            .map(|s| Ok(tcp_info(s)?.tcpi_bytes_acked))
+            .collect()
     }
+
+    /// What limited the connections' sending so far, summed over them.
+    pub fn limits(&self) -> std::io::Result<SendLimits> {
+        let mut sum = SendLimits::default();
+        for stream in &self.streams {
+            let info = tcp_info(stream)?;
+            sum.busy_us += info.tcpi_busy_time;
+            sum.rwnd_limited_us += info.tcpi_rwnd_limited;
+            sum.sndbuf_limited_us += info.tcpi_sndbuf_limited;
+        }
+        Ok(sum)
+    }
+}
+
+/// Linux's account of a sender's time (`TCP_INFO`'s chronograph, in microseconds): sending
+/// data at all, and of that, held back by the receiver's window or by the send buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendLimits {
+    /// Time with data in flight or queued (`tcpi_busy_time`).
+    pub busy_us: u64,
+    /// Of that, time the receiver's advertised window stopped it (`tcpi_rwnd_limited`).
+    pub rwnd_limited_us: u64,
+    /// Of that, time the send buffer stopped it (`tcpi_sndbuf_limited`).
+    pub sndbuf_limited_us: u64,
 }
 
 impl Drop for Senders {
@@ -234,8 +261,8 @@ impl Drop for Senders {
     }
 }
 
-/// The bytes `stream`'s peer has acknowledged, from `TCP_INFO`.
-fn bytes_acked(stream: &TcpStream) -> std::io::Result<u64> {
+/// `stream`'s `TCP_INFO`.
+fn tcp_info(stream: &TcpStream) -> std::io::Result<libc::tcp_info> {
     // SAFETY: tcp_info is plain data; zeroed is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -252,7 +279,7 @@ fn bytes_acked(stream: &TcpStream) -> std::io::Result<u64> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(info.tcpi_bytes_acked)
+    Ok(info)
 }
 
 #[cfg(test)]

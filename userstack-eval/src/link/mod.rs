@@ -3,13 +3,16 @@
 //! window after a warm-up. Runs as root on a kernel with netem, veth and XDP: the VM node's
 //! guest (`hoststack-lab evaluate`).
 
+pub mod cpu;
 pub mod linux;
 pub mod runner;
 pub mod topology;
 
-use crate::report::{moved, Counters, Measurement, Pairing};
+use crate::report::{moved, Counters, Load, Measurement, Pairing};
 use crate::rows::Row;
-use linux::{Senders, Sink};
+use cpu::CpuTime;
+use hoststack_runner_api::{QueueDrops, RunnerStats};
+use linux::{SendLimits, Senders, Sink};
 use runner::{Role, Runner};
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
@@ -103,6 +106,11 @@ struct Sample {
     flows: Vec<u64>,
     sender: Counters,
     receiver: Counters,
+    cpus: Vec<CpuTime>,
+    /// The Linux sender's chronograph.
+    limits: Option<SendLimits>,
+    /// The runner's loop time, busy and in all, and its queue drops, summed over shards.
+    runner: Option<(u64, u64, QueueDrops)>,
 }
 
 /// Runs `row` once with `pairing` on a fresh link and measures the window after the warm-up.
@@ -152,7 +160,49 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         flow_mbps,
         sender: moved(&first.sender, &last.sender),
         receiver: moved(&first.receiver, &last.receiver),
+        load: load(&first, &last),
     })
+}
+
+/// Where the time between two samples went.
+fn load(first: &Sample, last: &Sample) -> Load {
+    let (cpu_busy, cpu_softirq) = cpu::shares(&first.cpus, &last.cpus);
+    let share = |part: u64, whole: u64| part as f64 / whole.max(1) as f64;
+    let sending = first.limits.zip(last.limits).map(|(a, b)| {
+        let busy = b.busy_us.saturating_sub(a.busy_us);
+        (
+            share(b.rwnd_limited_us.saturating_sub(a.rwnd_limited_us), busy),
+            share(
+                b.sndbuf_limited_us.saturating_sub(a.sndbuf_limited_us),
+                busy,
+            ),
+        )
+    });
+    let runner = first.runner.zip(last.runner).map(|(a, b)| {
+        (
+            share(b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)),
+            b.2.combine(a.2, u64::saturating_sub),
+        )
+    });
+    Load {
+        cpu_busy,
+        cpu_softirq,
+        rwnd_limited: sending.map(|s| s.0),
+        sndbuf_limited: sending.map(|s| s.1),
+        runner_busy: runner.map(|r| r.0),
+        runner_drops: runner.map(|r| r.1),
+    }
+}
+
+/// The runner's loop time, busy and in all, and its queue drops, summed over its shards.
+fn runner_load(stats: &RunnerStats) -> (u64, u64, QueueDrops) {
+    stats.shards.iter().fold(
+        (0, 0, QueueDrops::default()),
+        |(busy, ran, drops), shard| {
+            let drops = drops.combine(shard.drops.unwrap_or_default(), |a, b| a + b);
+            (busy + shard.busy_nanos, ran + shard.run_nanos, drops)
+        },
+    )
 }
 
 /// The runner at its end of the link for `role`: the receiver's namespace and veth to
@@ -189,18 +239,34 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
         counters.retain(|section, _| section == "Tcp" || section == "TcpExt");
         counters
     };
-    let sender = match sender {
-        Sender::Linux(_) => linux::counters(SENDER_NS).map_err(|e| format!("counters: {e}"))?,
-        Sender::Userstack(runner) => runner.counters()?,
+    let cpus = cpu::read().map_err(|e| format!("/proc/stat: {e}"))?;
+    let mut runner = None;
+    let (sender, limits) = match sender {
+        Sender::Linux(senders) => (
+            linux::counters(SENDER_NS).map_err(|e| format!("counters: {e}"))?,
+            Some(senders.limits().map_err(|e| format!("TCP_INFO: {e}"))?),
+        ),
+        Sender::Userstack(r) => {
+            let stats = r.stats()?;
+            runner = Some(runner_load(&stats));
+            (stats.netstat, None)
+        }
     };
     let receiver = match receiver {
         Receiver::Linux(_) => linux::counters(RECEIVER_NS).map_err(|e| format!("counters: {e}"))?,
-        Receiver::Userstack(runner) => runner.counters()?,
+        Receiver::Userstack(r) => {
+            let stats = r.stats()?;
+            runner = Some(runner_load(&stats));
+            stats.netstat
+        }
     };
     Ok(Sample {
         at,
         flows,
         sender: tcp_only(sender),
         receiver: tcp_only(receiver),
+        cpus,
+        limits,
+        runner,
     })
 }

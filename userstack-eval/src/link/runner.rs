@@ -4,7 +4,6 @@
 //! file.
 
 use super::topology::PREFIX;
-use crate::report::Counters;
 use hoststack_runner_api::{
     Backend, ClientConfig, ClientKind, RunState, RunnerConfig, RunnerStats, ServiceConfig,
     ServiceKind, TcpOptions,
@@ -125,10 +124,7 @@ impl Runner {
                 }
                 return Err(format!("the runner exited ({status}): {}", stderr.trim()));
             }
-            if runner
-                .read_stats()
-                .is_ok_and(|s| s.state == RunState::Running)
-            {
+            if runner.stats().is_ok_and(|s| s.state == RunState::Running) {
                 return Ok(runner);
             }
             if started.elapsed() > START {
@@ -140,15 +136,11 @@ impl Runner {
         }
     }
 
-    fn read_stats(&self) -> Result<RunnerStats, String> {
+    /// The runner's stats document as last written (every 100 ms).
+    pub fn stats(&self) -> Result<RunnerStats, String> {
         let text = std::fs::read_to_string(&self.stats)
             .map_err(|e| format!("reading {}: {e}", self.stats.display()))?;
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", self.stats.display()))
-    }
-
-    /// The stack's counters as last published (every 100 ms).
-    pub fn counters(&self) -> Result<Counters, String> {
-        Ok(self.read_stats()?.netstat)
     }
 }
 

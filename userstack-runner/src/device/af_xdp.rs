@@ -20,6 +20,7 @@
 //! which one it got.
 
 use super::Device;
+use hoststack_runner_api::QueueDrops;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -223,6 +224,8 @@ pub struct XdpSocket {
     tx_frames: Vec<u64>,
     /// Buffers for received frames (from transmitted ones), so receiving does not allocate.
     spare: Vec<Vec<u8>>,
+    /// Frames dropped because the tx ring had no free slot or UMEM frame.
+    tx_ring_full: u64,
 }
 
 fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
@@ -383,6 +386,7 @@ impl XdpSocket {
             mode,
             tx_frames,
             spare: Vec::with_capacity(SPARE_BUFFERS),
+            tx_ring_full: 0,
         })
     }
 
@@ -493,8 +497,11 @@ impl Device for XdpSocket {
                 }
                 // No frame or no slot: the frame is dropped, as a full NIC queue would;
                 // TCP retransmits.
-                Some(addr) => self.tx_frames.push(addr),
-                None => {}
+                Some(addr) => {
+                    self.tx_frames.push(addr);
+                    self.tx_ring_full += 1;
+                }
+                None => self.tx_ring_full += 1,
             }
             if self.spare.len() < SPARE_BUFFERS {
                 self.spare.push(frame);
@@ -516,6 +523,18 @@ impl Device for XdpSocket {
 
     fn wait_fd(&self) -> Option<RawFd> {
         Some(self.fd.as_raw_fd())
+    }
+
+    fn drops(&self) -> Option<QueueDrops> {
+        let kernel: libc::xdp_statistics =
+            getsockopt(self.fd.as_raw_fd(), libc::XDP_STATISTICS).ok()?;
+        Some(QueueDrops {
+            rx_dropped: kernel.rx_dropped,
+            rx_ring_full: kernel.rx_ring_full,
+            rx_fill_ring_empty: kernel.rx_fill_ring_empty_descs,
+            tx_ring_empty: kernel.tx_ring_empty_descs,
+            tx_ring_full: self.tx_ring_full,
+        })
     }
 }
 

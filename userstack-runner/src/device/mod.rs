@@ -12,6 +12,7 @@ pub mod xdp_redirect;
 
 pub use memory::MemoryPort;
 
+use hoststack_runner_api::QueueDrops;
 use std::os::fd::RawFd;
 use userstack::stack::Stack;
 use userstack::time::Instant;
@@ -25,6 +26,11 @@ pub trait Device {
     /// A descriptor that polls readable when frames arrive, so an idle poller can block in
     /// poll(2) instead of spinning; `None` when the device has none (the caller then sleeps).
     fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// The queue's drop counters since it opened, where the backend keeps them; `None`
+    /// otherwise.
+    fn drops(&self) -> Option<QueueDrops> {
         None
     }
 }

@@ -290,6 +290,9 @@ impl Runtime {
                 rx_packets: figures.rx_packets.load(Ordering::Relaxed),
                 tx_packets: figures.tx_packets.load(Ordering::Relaxed),
                 connections: figures.connections.load(Ordering::Relaxed),
+                busy_nanos: figures.busy_nanos.load(Ordering::Relaxed),
+                run_nanos: figures.run_nanos.load(Ordering::Relaxed),
+                drops: figures.drops.lock().ok().and_then(|d| *d),
             });
         }
         RunnerStats {

@@ -10,7 +10,7 @@
 
 use super::services::{Bulk, ServiceSpec, Session, Verdict};
 use crate::device::Device;
-use hoststack_runner_api::StopStats;
+use hoststack_runner_api::{QueueDrops, StopStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -90,8 +90,14 @@ pub struct ShardFigures {
     pub drained: AtomicU64,
     /// Connections reset at the drain deadline.
     pub reset: AtomicU64,
+    /// Nanoseconds of the loop spent in turns that did something, as last published.
+    pub busy_nanos: AtomicU64,
+    /// Nanoseconds the loop has run, as last published.
+    pub run_nanos: AtomicU64,
     /// The stack's counters as last published.
     pub counters: Mutex<Counters>,
+    /// The device queue's drop counters as last published, where it keeps them.
+    pub drops: Mutex<Option<QueueDrops>>,
 }
 
 impl ShardFigures {
@@ -101,6 +107,25 @@ impl ShardFigures {
             drained: self.drained.load(Ordering::Relaxed),
             reset: self.reset.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// How much of the loop's time went to turns that did something: a turn's time runs from its
+/// clock read to the next turn's, so this takes no clock read of its own.
+#[derive(Debug, Default)]
+struct Load {
+    busy_nanos: u64,
+    /// The start of the last turn, if it did something.
+    busy_since: Option<Instant>,
+}
+
+impl Load {
+    /// A turn began at `now` and did something or not.
+    fn turned(&mut self, now: Instant, work: bool) {
+        if let Some(since) = self.busy_since {
+            self.busy_nanos += (now - since).as_nanos() as u64;
+        }
+        self.busy_since = work.then_some(now);
     }
 }
 
@@ -198,14 +223,17 @@ impl Shard {
         let clock = || Instant::from_nanos(epoch.elapsed().as_nanos() as u64);
         figures.up.store(true, Ordering::Release);
         let mut idle = 0u32;
-        let mut last_publish = clock();
+        let started = clock();
+        let mut last_publish = started;
+        let mut load = Load::default();
         let mut drain_deadline: Option<Instant> = None;
         loop {
             let now = clock();
             let work = self.turn(now, figures);
+            load.turned(now, work);
             if now - last_publish >= PUBLISH_EVERY {
                 last_publish = now;
-                self.publish(figures);
+                self.publish(figures, &load, now - started);
             }
             if drain_deadline.is_none() && control.phase() == Phase::Draining {
                 drain_deadline = Some(now + control.drain_timeout);
@@ -233,7 +261,7 @@ impl Shard {
         // Let the last FINs and RSTs out.
         let now = clock();
         self.turn(now, figures);
-        self.publish(figures);
+        self.publish(figures, &load, now - started);
         figures.drained.store(self.drained, Ordering::Relaxed);
         figures.finished.store(true, Ordering::Release);
     }
@@ -276,12 +304,19 @@ impl Shard {
         }
     }
 
-    fn publish(&self, figures: &ShardFigures) {
+    fn publish(&self, figures: &ShardFigures, load: &Load, ran: Duration) {
         figures
             .connections
             .store(self.served.len() as u64, Ordering::Relaxed);
+        figures.busy_nanos.store(load.busy_nanos, Ordering::Relaxed);
+        figures
+            .run_nanos
+            .store(ran.as_nanos() as u64, Ordering::Relaxed);
         if let Ok(mut counters) = figures.counters.try_lock() {
             *counters = self.stack.counters();
+        }
+        if let Ok(mut drops) = figures.drops.try_lock() {
+            *drops = self.device.drops();
         }
     }
 
@@ -425,4 +460,20 @@ fn flush(stack: &mut Stack, handle: SocketHandle, served: &mut Served) -> bool {
         served.sent = 0;
     }
     n > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_counts_the_time_of_turns_that_did_something() {
+        let at = |ms: u64| Instant::from_nanos(ms * 1_000_000);
+        let mut load = Load::default();
+        for (ms, work) in [(0, true), (10, false), (15, true), (25, true), (40, false)] {
+            load.turned(at(ms), work);
+        }
+        // 0-10 and 15-40 busy; 10-15 idle; the last turn's length is not known yet.
+        assert_eq!(load.busy_nanos, 35_000_000);
+    }
 }

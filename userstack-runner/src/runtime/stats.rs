@@ -69,6 +69,9 @@ mod tests {
                 rx_packets: 5,
                 tx_packets: 4,
                 connections: 1,
+                busy_nanos: 3,
+                run_nanos: 9,
+                drops: None,
             }],
             services: vec![ServiceStats {
                 kind: ServiceKind::Http,
