@@ -29,6 +29,12 @@ pub struct Evaluation {
     pub spin_core: Option<u32>,
     /// Runs of every row and pairing, in interleaved rounds (at least 1).
     pub repeat: u32,
+    /// Keep the kernel's packet work off the runner's core in every pairing (`userstack-eval
+    /// link --steer`).
+    pub steer: bool,
+    /// Add to each row a run of Linux → Linux with the runner's core kept busy
+    /// (`userstack-eval link --control`).
+    pub control: bool,
 }
 
 /// Boots a lab with one VM node, runs `evaluation` in its guest and returns the measurements;
@@ -68,7 +74,8 @@ pub fn in_guest(lab: &Lab, evaluation: &Evaluation) -> Result<Vec<Measurement>> 
     } else {
         evaluation.pairings.len()
     };
-    let runs = (rows * pairings) as u32 * evaluation.repeat.max(1);
+    let runs =
+        (rows * (pairings + usize::from(evaluation.control))) as u32 * evaluation.repeat.max(1);
     let mut script = format!(
         "{} link --runner {} --out {} --seconds {} --warmup {}",
         lab.eval_binary().display(),
@@ -88,6 +95,14 @@ pub fn in_guest(lab: &Lab, evaluation: &Evaluation) -> Result<Vec<Measurement>> 
         script.push_str(&format!(" --spin-core {core}"));
     }
     script.push_str(&format!(" --repeat {}", evaluation.repeat.max(1)));
+    script.push_str(if evaluation.steer {
+        " --steer on"
+    } else {
+        " --steer off"
+    });
+    if evaluation.control {
+        script.push_str(" --control on");
+    }
     let budget = (evaluation.duration + PER_RUN_OVERHEAD) * runs;
     let output = vm.exec_with_budget(&script, budget);
     if !output.success() {

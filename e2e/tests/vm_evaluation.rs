@@ -22,6 +22,8 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
         warmup: Duration::from_secs(2),
         spin_core: None,
         repeat: 1,
+        steer: true,
+        control: false,
     })
     .expect("the evaluation runs in the VM node's guest");
     let of = |row: &str, pairing: Pairing| -> &Measurement {
@@ -72,6 +74,9 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
             "{load:?}"
         );
         assert_eq!(load.runner_drops.is_some(), runner, "{load:?}");
+        // The router counted the row's 5 % loss.
+        assert!(load.path_losses > Some(0), "{load:?}");
+        assert!(load.queue_drops.is_some(), "{load:?}");
         let rtts = of(RTTS, pairing);
         assert_eq!(rtts.flow_mbps.len(), 4, "{rtts:#?}");
         assert!(

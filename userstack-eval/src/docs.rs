@@ -44,17 +44,33 @@ pub fn sim_table(runs: &[(&Row, Vec<Report>)]) -> String {
     table
 }
 
-/// The runs of `row` with `pairing`.
+/// The runs of `row` with `pairing`; `control`: those with a core kept busy (`--spin-core`),
+/// else those without.
 fn runs_of<'a>(
     measurements: &'a [Measurement],
     row: &Row,
     pairing: Pairing,
+    control: bool,
 ) -> Vec<&'a Measurement> {
     measurements
         .iter()
         .filter(|m| m.row == row.label && m.pairing == pairing)
+        .filter(|m| m.spin_core.is_some() == control)
         .collect()
 }
+
+/// A table's lines: the three pairings, and Linux → Linux with the runner's core kept busy
+/// (the control), each with its name.
+const LINES: [(Pairing, bool, &str); 4] = [
+    (Pairing::LinuxToLinux, false, "Linux → Linux"),
+    (
+        Pairing::LinuxToLinux,
+        true,
+        "Linux → Linux, runner's vCPU taken",
+    ),
+    (Pairing::UserstackToLinux, false, "userstack → Linux"),
+    (Pairing::LinuxToUserstack, false, "Linux → userstack"),
+];
 
 /// A median, with the lowest run in brackets when there were several.
 fn with_lowest(median: f64, lowest: f64, runs: usize, digits: usize) -> String {
@@ -67,28 +83,35 @@ fn with_lowest(median: f64, lowest: f64, runs: usize, digits: usize) -> String {
 
 /// The real link's table: per row, one line per pairing (medians over its runs, the lowest
 /// goodput and Jain in brackets when there were several), userstack's lines marked against
-/// Linux → Linux on the same row, and the simulator's median goodput beside them.
+/// Linux → Linux on the same row and, where it was measured, against the control (Linux →
+/// Linux with the runner's vCPU kept busy), and the simulator's median goodput beside them.
 pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) -> String {
     let mut table = String::from(
-        "| row | sender → receiver | runs | goodput, Mbit/s | Jain | retransmitted/sent, % | recoveries | RTOs | undos | against Linux → Linux | simulator, Mbit/s |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| row | sender → receiver | runs | goodput, Mbit/s | Jain | retransmitted/sent, % | recoveries | RTOs | undos | against Linux → Linux | against the control | simulator, Mbit/s |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (row, reports) in runs {
-        let reference = Summary::of(&runs_of(measurements, row, Pairing::LinuxToLinux));
+        let reference = Summary::of(&runs_of(measurements, row, Pairing::LinuxToLinux, false));
+        let control = Summary::of(&runs_of(measurements, row, Pairing::LinuxToLinux, true));
         let simulated = median(
             &reports
                 .iter()
                 .map(|r| r.aggregate_goodput_mbps)
                 .collect::<Vec<_>>(),
         );
-        for pairing in Pairing::ALL {
-            let Some(m) = Summary::of(&runs_of(measurements, row, pairing)) else {
+        for (pairing, is_control, name) in LINES {
+            let Some(m) = Summary::of(&runs_of(measurements, row, pairing, is_control)) else {
                 continue;
             };
-            let mark = match (pairing, &reference) {
-                (Pairing::LinuxToLinux, _) => "reference".to_string(),
-                (_, Some(linux)) => Mark::of(&m, linux).as_str().to_string(),
-                (_, None) => "no reference".to_string(),
+            let against = |reference: &Option<Summary>| match reference {
+                Some(linux) => Mark::of(&m, linux).as_str().to_string(),
+                None => "—".to_string(),
+            };
+            let (mark, against_control) = match (pairing, is_control) {
+                (Pairing::LinuxToLinux, false) => ("reference".to_string(), String::new()),
+                (Pairing::LinuxToLinux, true) => (String::new(), "control".to_string()),
+                _ if control.is_some() => (against(&reference), against(&control)),
+                _ => (against(&reference), String::new()),
             };
             let sim_cell = if pairing == Pairing::UserstackToLinux {
                 format!("{simulated:.2}")
@@ -97,9 +120,8 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
             };
             let _ = writeln!(
                 table,
-                "| {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {mark} | {sim_cell} |",
+                "| {} | {name} | {} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {mark} | {against_control} | {sim_cell} |",
                 row.label,
-                names(pairing),
                 m.runs,
                 with_lowest(m.goodput_mbps, m.lowest_goodput_mbps, m.runs, 2),
                 with_lowest(m.jain, m.lowest_jain, m.runs, 3),
@@ -118,12 +140,12 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
 /// receiver's window held it back, the runner's busy share and the frames its queue lost.
 pub fn load_table(measurements: &[Measurement]) -> String {
     let mut table = String::from(
-        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue |\n\
-         |---|---|---|---|---|---|---|\n",
+        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
     );
     for row in ROWS.iter() {
-        for pairing in Pairing::ALL {
-            let runs: Vec<&Measurement> = runs_of(measurements, row, pairing)
+        for (pairing, control, name) in LINES {
+            let runs: Vec<&Measurement> = runs_of(measurements, row, pairing, control)
                 .into_iter()
                 .filter(|m| !m.load.cpu_busy.is_empty())
                 .collect();
@@ -150,26 +172,19 @@ pub fn load_table(measurements: &[Measurement]) -> String {
             };
             let _ = writeln!(
                 table,
-                "| {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} |",
                 row.label,
-                names(pairing),
                 per_cpu(&|m| &m.load.cpu_busy),
                 per_cpu(&|m| &m.load.cpu_softirq),
                 optional(&|m| m.load.rwnd_limited.map(|s| s * 100.0), 1),
                 optional(&|m| m.load.runner_busy.map(|s| s * 100.0), 1),
                 optional(&|m| m.load.runner_drops.map(|d| d.lost() as f64), 0),
+                optional(&|m| m.load.path_losses.map(|n| n as f64), 0),
+                optional(&|m| m.load.queue_drops.map(|n| n as f64), 0),
             );
         }
     }
     table
-}
-
-fn names(pairing: Pairing) -> &'static str {
-    match pairing {
-        Pairing::LinuxToLinux => "Linux → Linux",
-        Pairing::UserstackToLinux => "userstack → Linux",
-        Pairing::LinuxToUserstack => "Linux → userstack",
-    }
 }
 
 fn plot_lines(
@@ -241,7 +256,10 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          the row's loss and jitter) feeding tbf (100 Mbit/s, a 378,500-byte queue: 250\n\
          full-size frames); its ACK direction is netem (the rest of each flow's RTT, by\n\
          receiving port). Offloads (TSO, GSO, GRO) are off on every veth, so a loss or a queue\n\
-         slot is one wire-sized packet for both stacks. Linux is the guest's own TCP (CUBIC,\n\
+         slot is one wire-sized packet for both stacks, and in steered runs (the default) every\n\
+         veth's RPS mask leaves the runner's vCPU out, in every pairing: the kernel's packet work\n\
+         (veth, netem, tbf, the XDP program and AF_XDP copy) stays off that vCPU, as the agent\n\
+         keeps it off a user-space stack's dedicated core. Linux is the guest's own TCP (CUBIC,\n\
          `tcp_no_metrics_save=1`, the row's `tcp_sack` on both ends); userstack is the runner\n\
          `hoststack-userstack` with AF_XDP (copy mode) on its end's veth, pinned to vCPU 1,\n\
          sending with its bulk clients or receiving with its discard service. Each run has a\n\
@@ -253,7 +271,11 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          are TCPSackRecovery + TCPRenoRecovery, RTOs TCPTimeouts, undos TCPFullUndo +\n\
          TCPLossUndo. A userstack line is **better** with goodput more than 2 % above\n\
          Linux → Linux on the same row, **equal** within 2 % (Jain too, retransmitted/sent\n\
-         at most 0.2 points above), **worse** otherwise. The simulator column is the median\n\
+         at most 0.2 points above), **worse** otherwise. The guest has two vCPUs and the runner\n\
+         busy-polls one of them, so a userstack pairing leaves Linux's end, the router and the\n\
+         kernel's packet work one vCPU where Linux → Linux has two: the control, Linux → Linux\n\
+         with a thread spinning on the runner's vCPU (`--spin-core 1`), gives Linux the same\n\
+         CPUs, and userstack's lines are marked against it too. The simulator column is the median\n\
          goodput of the same row in the simulator (userstack on both ends), to validate it\n\
          against the real link.\n\n\
          What differs between the stacks: userstack busy-polls its vCPU while Linux sleeps in\n\
@@ -263,8 +285,10 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          and in softirq (`/proc/stat`; vCPU 1 is the runner's, which busy-polls), the share of\n\
          the Linux sender's sending time that the receiver's window held it back\n\
          (`tcpi_rwnd_limited` ÷ `tcpi_busy_time` over its connections), the share of the\n\
-         runner's loop in turns that did something, and the frames its AF_XDP queue lost (rx\n\
-         dropped or ring full, tx ring full).\n\n{}",
+         runner's loop in turns that did something, the frames its AF_XDP queue lost (rx\n\
+         dropped or ring full, tx ring full), and the router's own count of the data packets\n\
+         its netem dropped (the row's random loss) and its tbf dropped (the bottleneck queue\n\
+         full): what the senders' retransmissions answer.\n\n{}",
         link_table(measurements, runs),
         load_table(measurements),
     )

@@ -74,6 +74,9 @@ pub struct Measurement {
     /// The core a spinning thread kept busy during the run, if any (`--spin-core`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spin_core: Option<u32>,
+    /// The kernel's packet work was kept off the runner's core (RPS on every veth).
+    #[serde(default)]
+    pub steered: bool,
     /// The measured window after the warm-up, in seconds.
     pub seconds: f64,
     /// Each flow's goodput over the window in Mbit/s: bytes the Linux receiver read, or, when
@@ -110,6 +113,12 @@ pub struct Load {
     /// When userstack is an end: what its AF_XDP queue dropped over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_drops: Option<QueueDrops>,
+    /// Data packets the row's random loss dropped over the window (netem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_losses: Option<u64>,
+    /// Data packets the bottleneck queue dropped over the window, full (tbf).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_drops: Option<u64>,
 }
 
 impl Measurement {
@@ -286,6 +295,7 @@ mod tests {
             row: "r".into(),
             pairing: Pairing::LinuxToLinux,
             spin_core: None,
+            steered: false,
             seconds: 1.0,
             flow_mbps: flow_mbps.to_vec(),
             sender: [("Tcp".to_string(), tcp)].into(),

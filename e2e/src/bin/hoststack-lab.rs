@@ -166,6 +166,14 @@ struct EvaluateArgs {
     /// medians and the lowest run.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    /// Keep the kernel's packet work off the runner's core in every pairing (RPS on every
+    /// veth): on or off.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    steer: String,
+    /// Add to each row a run of Linux → Linux with the runner's core kept busy (the control
+    /// that gives Linux the CPUs the userstack pairings leave it): on or off.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    control: String,
 }
 
 fn main() -> ExitCode {
@@ -475,6 +483,8 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         seeds,
         spin_core,
         repeat,
+        steer,
+        control,
     } = args;
     let (out, write) = (out.as_path(), write.as_deref());
     let rows: Vec<String> = match rows {
@@ -499,6 +509,8 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         warmup: Duration::from_secs(warmup),
         spin_core,
         repeat,
+        steer: steer == "on",
+        control: control == "on",
     };
     let measurements = on_vm(&evaluation).map_err(|e| e.to_string())?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -510,7 +522,7 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
     if let Some(dir) = write {
         let how = format!(
             "`hoststack-lab evaluate --seconds {seconds} --warmup {warmup} --repeat {repeat} \
-             --out {out} --write {dir} --seeds {seeds}` (the real link's measurements are kept in {out}; \
+             --steer {steer} --control {control} --out {out} --write {dir} --seeds {seeds}` (the real link's measurements are kept in {out}; \
              `userstack-eval docs --seeds {seeds} --link {out} --write {dir}` regenerates this \
              page from them without a VM)",
             out = out.display(),

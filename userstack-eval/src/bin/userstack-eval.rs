@@ -3,7 +3,7 @@
 //!     userstack-eval sim [--seeds N]
 //!     userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N]
 //!                         [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N]
-//!                         [--repeat N]
+//!                         [--repeat N] [--steer on|off] [--control on|off]
 //!     userstack-eval docs --write DIR [--seeds N] [--link FILE[,FILE...]]
 //!
 //! `sim` prints the simulator's table (seeds 1..=N, default 5). `link` runs the rows on a
@@ -12,7 +12,10 @@
 //! all rows, all pairings, 30 s with 10 s of warm-up, the runner on core 1) and writes the
 //! measurements as JSON, after each run; `--spin-core N` keeps core N busy with a spinning
 //! thread during every run (a control: Linux → Linux without the core the runner takes);
-//! `--repeat N` runs every row and pairing N times, in interleaved rounds. `docs` writes
+//! `--repeat N` runs every row and pairing N times, in interleaved rounds; `--steer off`
+//! lets the kernel process packets on the runner's core too (on by default: every veth's RPS
+//! mask leaves that core out, in every pairing); `--control on` adds to each row a run of
+//! Linux → Linux with the runner's core kept busy. `docs` writes
 //! DIR/evaluation.md and its plots from the simulator and, with `--link`, those measurements
 //! (the runs of several files together).
 
@@ -25,7 +28,7 @@ use userstack_eval::report::{Measurement, Pairing};
 use userstack_eval::rows::{self, Row, ROWS};
 
 const USAGE: &str = "usage: userstack-eval sim [--seeds N]
-       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N] [--repeat N]
+       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N] [--repeat N] [--steer on|off] [--control on|off]
        userstack-eval docs --write DIR [--seeds N] [--link FILE[,FILE...]]";
 
 fn main() -> ExitCode {
@@ -131,6 +134,8 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
         "--pairings",
         "--spin-core",
         "--repeat",
+        "--steer",
+        "--control",
     ])?;
     let runner = flags
         .get("--runner")
@@ -161,6 +166,11 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
                     .map_err(|_| Problem::Usage(format!("--spin-core {v:?} is not a core number")))
             })
             .transpose()?,
+        steer: match flags.get("--steer") {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(v) => return Err(Problem::Usage(format!("--steer {v:?} is not on or off"))),
+        },
         dir: out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -171,14 +181,27 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
     if repeat.fract() != 0.0 {
         return Err(Problem::Usage("--repeat needs a whole number".into()));
     }
+    // Each row's runs: its pairings, and with `--control on` Linux → Linux once more with the
+    // runner's core kept busy.
+    let mut runs: Vec<(Pairing, Option<u32>)> =
+        pairings.iter().map(|&p| (p, options.spin_core)).collect();
+    match flags.get("--control") {
+        None | Some("off") => {}
+        Some("on") => runs.push((Pairing::LinuxToLinux, Some(options.core))),
+        Some(v) => return Err(Problem::Usage(format!("--control {v:?} is not on or off"))),
+    }
     let mut measurements = Vec::new();
     // Round after round over every row and pairing, so that each pairing's runs spread over
     // the same stretch of time.
-    for (row, &pairing) in (0..repeat as usize).flat_map(|_| {
+    for (row, &(pairing, spin_core)) in (0..repeat as usize).flat_map(|_| {
         chosen
             .iter()
-            .flat_map(|row| pairings.iter().map(move |p| (row, p)))
+            .flat_map(|row| runs.iter().map(move |r| (row, r)))
     }) {
+        let options = Options {
+            spin_core,
+            ..options.clone()
+        };
         let m = link::measure(row, pairing, &options).map_err(|e| {
             Problem::Failed(format!("{} with {}: {e}", row.label, pairing.as_str()))
         })?;

@@ -41,6 +41,9 @@ pub struct Options {
     /// with the runner's core, Linux → Linux gets the CPUs the runner's busy poll leaves the
     /// kernel in the other pairings (a control for a CPU-bound guest).
     pub spin_core: Option<u32>,
+    /// Keep the kernel's packet work off `core` in every pairing (RPS on every veth), as a
+    /// user-space stack's dedicated core is kept free of it.
+    pub steer: bool,
 }
 
 /// A thread spinning on one core until dropped.
@@ -111,6 +114,8 @@ struct Sample {
     limits: Option<SendLimits>,
     /// The runner's loop time, busy and in all, and its queue drops, summed over shards.
     runner: Option<(u64, u64, QueueDrops)>,
+    /// The router's data-direction drops.
+    path: Option<topology::Drops>,
 }
 
 /// Runs `row` once with `pairing` on a fresh link and measures the window after the warm-up.
@@ -118,7 +123,11 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
     if options.warmup >= options.duration {
         return Err("the warm-up must be shorter than the run".into());
     }
-    let _topology = Topology::up(row)?;
+    let rps = options.steer.then(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        topology::rps_mask(cpus, options.core)
+    });
+    let _topology = Topology::up(row, rps.as_deref())?;
     let _spinner = options.spin_core.map(Spinner::start).transpose()?;
     let receiver_ip = if pairing.userstack_receives() {
         RECEIVER_USERSTACK
@@ -156,6 +165,7 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         row: row.label.to_string(),
         pairing,
         spin_core: options.spin_core,
+        steered: options.steer,
         seconds,
         flow_mbps,
         sender: moved(&first.sender, &last.sender),
@@ -184,6 +194,7 @@ fn load(first: &Sample, last: &Sample) -> Load {
             b.2.combine(a.2, u64::saturating_sub),
         )
     });
+    let path = first.path.zip(last.path);
     Load {
         cpu_busy,
         cpu_softirq,
@@ -191,6 +202,8 @@ fn load(first: &Sample, last: &Sample) -> Load {
         sndbuf_limited: sending.map(|s| s.1),
         runner_busy: runner.map(|r| r.0),
         runner_drops: runner.map(|r| r.1),
+        path_losses: path.map(|(a, b)| b.lost.saturating_sub(a.lost)),
+        queue_drops: path.map(|(a, b)| b.overflowed.saturating_sub(a.overflowed)),
     }
 }
 
@@ -240,6 +253,7 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
         counters
     };
     let cpus = cpu::read().map_err(|e| format!("/proc/stat: {e}"))?;
+    let path = Some(topology::drops()?);
     let mut runner = None;
     let (sender, limits) = match sender {
         Sender::Linux(senders) => (
@@ -268,5 +282,6 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
         cpus,
         limits,
         runner,
+        path,
     })
 }

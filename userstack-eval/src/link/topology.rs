@@ -11,7 +11,8 @@
 //! ```
 //!
 //! Segmentation and receive offloads are off on every veth, so that a loss or a queue slot
-//! is one wire-sized packet for both stacks. [`plan`] is pure; [`Topology::up`] runs it and
+//! is one wire-sized packet for both stacks, and Receive Packet Steering can keep the kernel's
+//! packet work off the runner's core. [`plan`] is pure; [`Topology::up`] runs it and
 //! [`Topology`]'s drop removes the namespaces (and with them the veths and qdiscs).
 
 use crate::rows::{Row, BASE_RTT_MS, BOTTLENECK_MBPS, QUEUE_PACKETS};
@@ -68,9 +69,23 @@ fn netem_delay(base_ms: f64, jitter_ms: f64) -> String {
     }
 }
 
+/// The RPS mask (hex, as `rps_cpus` takes it) of a machine with `cpus` CPUs that leaves out
+/// `core`: every CPU but that one.
+pub fn rps_mask(cpus: u32, core: u32) -> String {
+    let all = if cpus >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << cpus) - 1
+    };
+    format!("{:x}", all & !(1u64 << core.min(63)))
+}
+
 /// Every command that builds the link for `row`, in order; the sysctls give both ends
-/// CUBIC, no cached path metrics and the row's SACK setting.
-pub fn plan(row: &Row) -> Vec<Step> {
+/// CUBIC, no cached path metrics and the row's SACK setting. With `rps`, every veth's
+/// received packets are processed on the CPUs of that mask (Receive Packet Steering): the
+/// evaluation keeps the kernel's packet work off the runner's core in every pairing, as the
+/// agent takes a user-space stack's core out of its interface's RPS mask.
+pub fn plan(row: &Row, rps: Option<&str>) -> Vec<Step> {
     let one_way = f64::from(BASE_RTT_MS) / 2.0;
     let mut steps = Vec::new();
     for ns in [SENDER_NS, ROUTER_NS, RECEIVER_NS] {
@@ -95,6 +110,17 @@ pub fn plan(row: &Row) -> Vec<Step> {
         steps.push(step(&format!(
             "ip netns exec {ns} ethtool -K {dev} tso off gso off gro off"
         )));
+        if let Some(mask) = rps {
+            steps.push(vec![
+                "ip".into(),
+                "netns".into(),
+                "exec".into(),
+                ns.to_string(),
+                "sh".into(),
+                "-c".into(),
+                format!("echo {mask} > /sys/class/net/{dev}/queues/rx-0/rps_cpus"),
+            ]);
+        }
         steps.push(step(&format!("ip -n {ns} link set {dev} up")));
     }
     steps.push(step(&format!(
@@ -187,17 +213,56 @@ pub fn run(step: &Step) -> Result<(), String> {
     }
 }
 
+/// What the router's data-direction qdiscs counted so far: packets netem dropped (the row's
+/// random loss) and packets tbf dropped (the bottleneck queue overflowing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drops {
+    /// netem's drops: the row's random loss.
+    pub lost: u64,
+    /// tbf's drops: packets that found the bottleneck queue full.
+    pub overflowed: u64,
+}
+
+/// The data direction's drop counters, from `tc -s -j qdisc show` in the router.
+pub fn drops() -> Result<Drops, String> {
+    let step = step(&format!("tc -n {ROUTER_NS} -s -j qdisc show dev r1"));
+    let out = Command::new(&step[0])
+        .args(&step[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", step.join(" ")))?;
+    parse_drops(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// [`Drops`] from `tc -s -j qdisc show`'s JSON.
+pub fn parse_drops(json: &str) -> Result<Drops, String> {
+    let qdiscs: Vec<serde_json::Value> =
+        serde_json::from_str(json).map_err(|e| format!("tc's JSON: {e}"))?;
+    let of = |kind: &str| -> u64 {
+        qdiscs
+            .iter()
+            .filter(|q| q["kind"] == kind)
+            .filter_map(|q| q["drops"].as_u64())
+            .sum()
+    };
+    // netem is tbf's parent, and a parent's drops include its child's.
+    let overflowed = of("tbf");
+    Ok(Drops {
+        lost: of("netem").saturating_sub(overflowed),
+        overflowed,
+    })
+}
+
 /// The link, up; dropping it removes it.
 #[derive(Debug)]
 pub struct Topology(());
 
 impl Topology {
-    /// Builds the link for `row`, first removing one a crashed run left behind; on failure
-    /// removes what it built.
-    pub fn up(row: &Row) -> Result<Topology, String> {
+    /// Builds the link for `row` (with `rps`, its packets steered to that CPU mask), first
+    /// removing one a crashed run left behind; on failure removes what it built.
+    pub fn up(row: &Row, rps: Option<&str>) -> Result<Topology, String> {
         remove();
         let topology = Topology(());
-        for step in plan(row) {
+        for step in plan(row, rps) {
             run(&step)?;
         }
         Ok(topology)
@@ -223,7 +288,7 @@ mod tests {
     use crate::rows::by_label;
 
     fn joined(row: &str) -> Vec<String> {
-        plan(by_label(row).unwrap())
+        plan(by_label(row).unwrap(), None)
             .iter()
             .map(|s| s.join(" "))
             .collect()
@@ -243,6 +308,46 @@ mod tests {
             &"tc -n ue-rtr qdisc add dev s1 root handle 1: netem delay 10000us limit 100000".into()
         ));
         assert!(plan.contains(&"ip netns exec ue-snd sysctl -qw net.ipv4.tcp_sack=1".into()));
+    }
+
+    #[test]
+    fn packets_are_steered_off_the_runners_core_on_every_veth() {
+        assert_eq!(rps_mask(2, 1), "1");
+        assert_eq!(rps_mask(4, 0), "e");
+        let plan: Vec<String> = plan(by_label("1 flow").unwrap(), Some("1"))
+            .iter()
+            .map(|s| s.join(" "))
+            .collect();
+        for (ns, dev) in [
+            ("ue-snd", "s0"),
+            ("ue-rtr", "s1"),
+            ("ue-rtr", "r1"),
+            ("ue-rcv", "r0"),
+        ] {
+            assert!(
+                plan.contains(&format!(
+                    "ip netns exec {ns} sh -c echo 1 > /sys/class/net/{dev}/queues/rx-0/rps_cpus"
+                )),
+                "{plan:#?}"
+            );
+        }
+        assert!(!joined("1 flow").iter().any(|s| s.contains("rps_cpus")));
+    }
+
+    #[test]
+    fn drops_are_read_from_tcs_json() {
+        // netem's count includes the drops of its child, tbf (as this kernel reports them:
+        // a clean row's netem and tbf drops are equal).
+        let json = r#"[{"kind":"netem","handle":"1:","root":true,"drops":12,"packets":900},
+            {"kind":"tbf","handle":"10:","parent":"1:1","drops":3,"packets":880}]"#;
+        assert_eq!(
+            parse_drops(json).unwrap(),
+            Drops {
+                lost: 9,
+                overflowed: 3
+            }
+        );
+        assert!(parse_drops("Error").is_err());
     }
 
     #[test]
