@@ -275,6 +275,35 @@ pub struct PrometheusAnalysis {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub failure_condition: Option<String>,
+    /// A Secret in the operator's namespace holding what the server asks for: `token` (a
+    /// bearer token) or `username` and `password` (basic auth), and `ca.crt` (the PEM CA
+    /// bundle that signed an https server's certificate; the system's roots otherwise). The
+    /// chart lets the operator read this one Secret only (`prometheus.secretName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
+    /// Headers sent with every query, e.g. a tenant's `X-Scope-OrgID` for a multi-tenant
+    /// Prometheus-compatible store (not for secrets: the spec is readable by anyone who may
+    /// read the tuning; credentials go in the Secret).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub headers: Vec<HttpHeader>,
+    /// How long the query may take before the analysis is inconclusive (default `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m)$"))]
+    pub timeout: Option<String>,
+}
+
+/// An HTTP header.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHeader {
+    /// The header's name, e.g. `X-Scope-OrgID`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,256}$"))]
+    pub name: String,
+    /// Its value.
+    #[schemars(length(max = 4096))]
+    pub value: String,
 }
 
 /// Where a tuning's rollout stands.
@@ -417,6 +446,12 @@ pub struct AnalysisStatus {
     /// Each measured metric of the judged nodes against the baseline.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<MetricResult>,
+    /// How the Prometheus query went, when one ran: `Answered`, or why it did not
+    /// (`TLSFailed`, `Unauthorized`, `Forbidden`, `ServerError`, `HTTPError`, `Timeout`,
+    /// `Unreachable`, `NoData`, `QueryRefused`, `BadAnswer`, `BadSettings`,
+    /// `SecretUnreadable`); the tuning's `PrometheusAnswered` condition carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus_outcome: Option<String>,
 }
 
 /// One metric of an analysis.

@@ -183,6 +183,19 @@ pub fn connect_from(ns: &str, addr: SocketAddr) -> bool {
     flood_from(ns, addr, 1, Duration::from_secs(2)).0 == 1
 }
 
+/// A TCP connection from namespace `ns` to `addr`, held open until dropped; `None` when it
+/// does not complete within two seconds.
+pub fn hold_from(ns: &str, addr: SocketAddr) -> Option<TcpStream> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter(&ns).ok()?;
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
 /// `count` connects from namespace `ns` to `addr`, one after the other, each given `wait`: how
 /// many completed, and how long the whole flood took.
 pub fn flood_from(ns: &str, addr: SocketAddr, count: u64, wait: Duration) -> (u64, Duration) {

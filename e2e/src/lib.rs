@@ -19,6 +19,7 @@
 pub mod clients;
 mod command;
 mod config;
+pub mod dashboards;
 pub mod evaluation;
 pub mod faults;
 mod lab;
@@ -31,7 +32,7 @@ pub mod vm;
 pub use config::{LabConfig, NodeKind, NodeSpec};
 pub use lab::kubelet::LAB_IMAGE;
 pub use lab::sweep::{sweep, SweepReport};
-pub use lab::{control_plane_dir, Identity, Lab, AGENT_METRICS_PORT, NAMESPACE};
+pub use lab::{control_plane_dir, Identity, Lab, AGENT_METRICS_PORT, NAMESPACE, PROMETHEUS_SECRET};
 pub use process::Signal;
 
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! A real Prometheus (Debian's `prometheus` package) scraping a lab's operator and agents, asked
-//! with `hoststack-promql`'s blocking client, and a small HTTP GET for /metrics endpoints.
+//! with `hoststack-promql`'s blocking client — over http, or https with basic auth
+//! ([`Prometheus::start_secured`]) — and a small HTTP GET for /metrics endpoints.
 //!
 //! Prometheus runs as a lab helper ([`Lab::spawn_helper`]), so it dies with the lab even when
 //! the test process is killed; dropping [`Prometheus`] stops it and removes its directory.
@@ -10,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hoststack_promql::{blocking, Data, Endpoint};
+use hoststack_promql::{blocking, Access, Client, Credentials, Data, Endpoint};
 
 use crate::{Error, Lab, Result};
 
@@ -30,52 +31,98 @@ pub struct Prometheus<'lab> {
     addr: SocketAddr,
     dir: PathBuf,
     client: blocking::Client,
+    url: String,
+    ca_pem: Option<Vec<u8>>,
 }
 
 impl<'lab> Prometheus<'lab> {
     /// Writes the configuration, starts Prometheus with its own TSDB directory under the lab
     /// directory, and waits until it is ready.
     pub fn start(lab: &'lab Lab) -> Result<Prometheus<'lab>> {
+        Self::launch(lab, None)
+    }
+
+    /// The same Prometheus, serving https only (a certificate for the lab's loopback address,
+    /// signed by the lab's CA, [`Prometheus::ca_pem`]) to clients that log in as `user` with
+    /// `password` (basic auth, `--web.config.file`).
+    pub fn start_secured(lab: &'lab Lab, user: &str, password: &str) -> Result<Prometheus<'lab>> {
+        Self::launch(lab, Some((user, password)))
+    }
+
+    fn launch(lab: &'lab Lab, login: Option<(&str, &str)>) -> Result<Prometheus<'lab>> {
         let dir = lab.dir().join("prometheus");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data"))
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let config = dir.join("prometheus.yml");
-        std::fs::write(&config, Self::config(lab))
-            .map_err(|e| Error::io(format!("writing {}", config.display()), e))?;
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+                .map(|_| path)
+        };
+        let config = write("prometheus.yml", &Self::config(lab))?;
         // A free port on the lab's own loopback address (not 9090: a packaged Prometheus
         // service may hold it on every address).
         let addr = std::net::TcpListener::bind((lab.loopback_ip(), 0))
             .and_then(|l| l.local_addr())
             .map_err(|e| Error::io("finding a free port for prometheus", e))?;
-        let endpoint =
-            Endpoint::parse(&format!("http://{addr}")).map_err(|e| Error::Setup(e.to_string()))?;
-        let client = blocking::Client::new(endpoint)
-            .map_err(|e| Error::io("starting the Prometheus client's runtime", e))?
+        let mut args = vec![
+            "prometheus".to_string(),
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", dir.join("data").display()),
+            format!("--web.listen-address={addr}"),
+            "--storage.tsdb.retention.time=1d".into(),
+            "--log.level=warn".into(),
+        ];
+        let mut access = Access::default();
+        let mut ca_pem = None;
+        if let Some((user, password)) = login {
+            let (cert, key, ca) = lab.serving_certificate("prometheus", lab.loopback_ip())?;
+            let hash = bcrypt::hash(password, 4)
+                .map_err(|e| Error::Setup(format!("hashing the password: {e}")))?;
+            let web = write(
+                "web.yml",
+                &format!(
+                    "tls_server_config:\n  cert_file: {}\n  key_file: {}\n\
+                     basic_auth_users:\n  {user}: {hash}\n",
+                    cert.display(),
+                    key.display()
+                ),
+            )?;
+            args.push(format!("--web.config.file={}", web.display()));
+            let pem = std::fs::read(&ca)
+                .map_err(|e| Error::io(format!("reading {}", ca.display()), e))?;
+            access = Access {
+                ca_pem: Some(pem.clone()),
+                credentials: Some(Credentials::Basic {
+                    username: user.into(),
+                    password: password.into(),
+                }),
+                headers: Vec::new(),
+            };
+            ca_pem = Some(pem);
+        }
+        let scheme = if login.is_some() { "https" } else { "http" };
+        let endpoint = Endpoint::parse(&format!("{scheme}://{addr}"))
+            .map_err(|e| Error::Setup(e.to_string()))?;
+        let client = Client::with_access(endpoint, &access)
+            .map_err(|e| Error::Setup(e.to_string()))?
             .with_timeout(QUERY_TIMEOUT);
+        let client = blocking::Client::wrap(client)
+            .map_err(|e| Error::io("starting the Prometheus client's runtime", e))?;
         let prometheus = Prometheus {
             lab,
             addr,
             dir,
             client,
+            url: format!("{scheme}://{addr}"),
+            ca_pem,
         };
-        lab.spawn_helper(
-            "prometheus",
-            &[
-                "prometheus",
-                &format!("--config.file={}", config.display()),
-                &format!(
-                    "--storage.tsdb.path={}",
-                    prometheus.dir.join("data").display()
-                ),
-                &format!("--web.listen-address={addr}"),
-                "--storage.tsdb.retention.time=1d",
-                "--log.level=warn",
-            ],
-        )?;
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        lab.spawn_helper("prometheus", &argv)?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if matches!(http_get(addr, "/-/ready", None), Ok((200, _))) {
+            if prometheus.client.query("vector(1)", None).is_ok() {
                 return Ok(prometheus);
             }
             if !lab.helper_running("prometheus") || Instant::now() > deadline {
@@ -86,6 +133,16 @@ impl<'lab> Prometheus<'lab> {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The base URL of its HTTP API: `http://…`, or `https://…` when secured.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The PEM of the CA that signed a secured Prometheus' certificate (the lab's CA).
+    pub fn ca_pem(&self) -> Option<&[u8]> {
+        self.ca_pem.as_deref()
     }
 
     /// The generated prometheus.yml.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use hoststack_e2e::prometheus::{revision_transactions, sample, scrape, Prometheus};
 use hoststack_e2e::traffic::{Bulk, Loss, BASE_PORT};
-use hoststack_e2e::{Lab, LabConfig, NAMESPACE};
+use hoststack_e2e::{Lab, LabConfig, NAMESPACE, PROMETHEUS_SECRET};
 use serde_json::Value;
 
 /// How long one step of a rollout may take.
@@ -526,6 +526,69 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
     assert!(value > 0.02, "{a}");
     eprintln!("analysis: {a}");
 
+    // The judged values reach users three more ways, each with the status' numbers: an event,
+    // the operator's metrics, and the Rollout dashboard's analysis panels.
+    let revision = back["currentRevision"].as_str().unwrap();
+    let recorded = events(&lab, "edge");
+    let judged_text = m["judged"].as_str().unwrap();
+    assert!(
+        recorded.contains("AnalysisFailed")
+            && recorded.contains(&format!(
+                "wave 0 of revision {revision}: prometheus {judged_text} (limit result < 0.01) failed"
+            )),
+        "{recorded}"
+    );
+    let panels: Value = serde_json::from_str(include_str!(
+        "../../charts/hoststack/dashboards/rollout.json"
+    ))
+    .unwrap();
+    let expr_of = |title: &str| {
+        panels["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["title"] == title)
+            .unwrap_or_else(|| panic!("the panel {title}"))["targets"][0]["expr"]
+            .as_str()
+            .unwrap()
+            .replace("$tuning", "edge")
+    };
+    let shown = |title: &str| {
+        lab.wait_for(
+            &format!("{title} in Prometheus"),
+            Duration::from_secs(30),
+            || {
+                let samples = prometheus.query(&expr_of(title), None).ok()?;
+                (!samples.is_empty()).then_some(samples)
+            },
+        )
+    };
+    let values: BTreeMap<String, f64> = shown("Analysis: judged values against their limits")
+        .into_iter()
+        .filter(|s| s.labels["revision"] == revision && s.labels["wave"] == "0")
+        .map(|s| {
+            (
+                format!("{}/{}", s.labels["metric"], s.labels["series"]),
+                s.value,
+            )
+        })
+        .collect();
+    assert_eq!(
+        values,
+        BTreeMap::from([
+            ("prometheus/judged".to_string(), value),
+            ("prometheus/limit".to_string(), 0.01),
+        ]),
+        "{a}"
+    );
+    let verdicts = shown("Analysis verdicts");
+    assert!(
+        verdicts.iter().any(|s| s.labels["revision"] == revision
+            && s.labels["metric"] == "prometheus"
+            && s.value == 0.0),
+        "{verdicts:?}"
+    );
+
     // The Rollout dashboard's first panel, as Grafana would evaluate it at the end of the
     // canary's window, splits the retransmit ratio by phase: the canary above the baseline.
     let dashboard: Value = serde_json::from_str(include_str!(
@@ -677,10 +740,38 @@ fn promoted(lab: &Lab, tuning: &str, want_waves: usize) -> Vec<Value> {
     analyses
 }
 
+/// The Secret the chart lets the operator read for the Prometheus gate, with basic-auth
+/// `password` for user alice and the CA bundle `ca`.
+fn prometheus_secret(lab: &Lab, password: &str, ca: &[u8]) {
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": { "name": PROMETHEUS_SECRET, "namespace": NAMESPACE },
+        "stringData": {
+            "username": "alice",
+            "password": password,
+            "ca.crt": String::from_utf8_lossy(ca),
+        },
+    });
+    lab.apply_yaml(&secret.to_string())
+        .expect("the Secret is stored");
+}
+
+/// The tuning's condition of `type_`, once it is there.
+fn condition(lab: &Lab, tuning: &str, type_: &str) -> Option<Value> {
+    lab.tuning_status(tuning)["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
 #[test]
 fn healthy_waves_pass_the_health_analysis_and_the_prometheus_gate() {
     let lab = lab();
-    let prometheus = Prometheus::start(&lab).expect("prometheus starts");
+    // Prometheus as deployments run it: https (a certificate of the lab's CA) and basic auth.
+    let prometheus = Prometheus::start_secured(&lab, "alice", "s3cret").expect("prometheus starts");
+    let ca = prometheus.ca_pem().expect("a CA").to_vec();
     lab.wait_for("every target up", Duration::from_secs(30), || {
         let up = prometheus.targets_up();
         (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
@@ -718,16 +809,52 @@ fn healthy_waves_pass_the_health_analysis_and_the_prometheus_gate() {
         analyses[0]
     );
 
-    // The Prometheus gate alone, on the next revision.
+    // The Prometheus gate alone, on the next revision: https trusting the CA bundle and basic
+    // auth, both from the Secret the chart lets the operator read, and a tenant header. A
+    // wrong password first: the canary's analysis is inconclusive and says why, never a pass.
+    prometheus_secret(&lab, "wrong", &ca);
     let query = r#"sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"RetransSegs\",node=~\"{{judged}}\"}[5s])) / sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"OutSegs\",node=~\"{{judged}}\"}[5s]))"#;
     let gate = format!(
-        "    canary: 1\n    maxUnavailable: 3\n    analysis:\n      window: 6s\n      prometheus:\n        address: http://{}\n        query: \"{query}\"\n        successCondition: result < 0.01\n        failureCondition: result > 0.02\n",
-        prometheus.address()
+        "    canary: 1\n    maxUnavailable: 3\n    analysis:\n      window: 6s\n      prometheus:\n        address: {}\n        secretName: {PROMETHEUS_SECRET}\n        headers:\n          - name: X-Scope-OrgID\n            value: team-a\n        timeout: 5s\n        query: \"{query}\"\n        successCondition: result < 0.01\n        failureCondition: result > 0.02\n",
+        prometheus.url()
     );
     let next = [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_dsack", "0")];
     lab.apply_yaml(&tuning("edge", &next, &gate))
         .expect("accepted");
+    let refused = lab.wait_for("the gate's refusal", STEP, || {
+        condition(&lab, "edge", "PrometheusAnswered").filter(|c| c["status"] == "False")
+    });
+    eprintln!("PrometheusAnswered: {refused}");
+    assert_eq!(refused["reason"], "Unauthorized", "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("401"),
+        "{refused}"
+    );
+    let status = lab.tuning_status("edge");
+    assert_eq!(status["phase"], "Paused", "{status}");
+    assert_eq!(
+        status["waves"][0]["analysis"]["verdict"], "Inconclusive",
+        "{status}"
+    );
+    assert_eq!(
+        status["waves"][0]["analysis"]["prometheusOutcome"], "Unauthorized",
+        "{status}"
+    );
+    let progressing = condition(&lab, "edge", "Progressing").unwrap();
+    assert_eq!(
+        progressing["reason"], "AnalysisInconclusive",
+        "{progressing}"
+    );
+    assert_eq!(waves(&lab, "edge").len(), 1, "nothing went past the canary");
+    // The right password: the same canary passes and the rollout goes on by itself.
+    prometheus_secret(&lab, "s3cret", &ca);
     let analyses = promoted(&lab, "edge", 2);
+    let answered = condition(&lab, "edge", "PrometheusAnswered").unwrap();
+    assert_eq!(
+        (&answered["status"], &answered["reason"]),
+        (&"True".into(), &"Answered".into()),
+        "{answered}"
+    );
     for a in &analyses {
         let m = &a["metrics"][0];
         assert_eq!(m["metric"], "prometheus", "{a}");

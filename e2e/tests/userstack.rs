@@ -4,7 +4,8 @@
 //! report it. A Linux client in another namespace fetches the body byte-exact with curl, while
 //! the node's kernel TCP on the same interface keeps serving a listener on another port. The
 //! status shows backend, mode, shard, service and packets; the runner's counters are on the
-//! agent's /metrics with `stack="userspace"`. The runner SIGKILLed is restarted and serves
+//! agent's /metrics with `stack="userspace"`, and every panel of the User-space stack dashboard
+//! has data from a real Prometheus scraping them. The runner SIGKILLed is restarted and serves
 //! again; the agent SIGKILLed and started again takes the running runner over instead of
 //! starting a second one. Deleting the tuning stops the runner and leaves no XDP program, no
 //! pinned object, no runner process, and the RPS mask as it was.
@@ -18,8 +19,9 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::Duration;
 
-use hoststack_e2e::clients::{connect_from, Clients, Service};
-use hoststack_e2e::prometheus::{sample, scrape};
+use hoststack_e2e::clients::{connect_from, hold_from, Clients, Service};
+use hoststack_e2e::dashboards;
+use hoststack_e2e::prometheus::{sample, scrape, Prometheus, SCRAPE_INTERVAL};
 use hoststack_e2e::{Lab, LabConfig, Signal};
 
 /// How long the control loop may take to converge in any one step.
@@ -219,6 +221,36 @@ fn the_userspace_stack_serves_beside_the_kernel_is_restarted_and_reverts() {
         status["shards"][0]["txPackets"].as_u64() > Some(0),
         "{status}"
     );
+    // The User-space stack dashboard, as Grafana would ask a real Prometheus scraping this
+    // node's agent: every query of every panel returns data, and the established connections
+    // panel shows the one connection a client holds open.
+    let prometheus = Prometheus::start(&lab).expect("prometheus starts");
+    let held = hold_from(client, (STACK_IP, 80).into()).expect("a connection to the stack");
+    for _ in 0..3 {
+        assert_eq!(fetch(client).as_deref(), Some(body().as_bytes()));
+        std::thread::sleep(SCRAPE_INTERVAL);
+    }
+    let dashboard = dashboards::named("userspace.json");
+    let established = lab.wait_for("the dashboard's data", CONVERGE, || {
+        let answers = dashboards::evaluate(&prometheus, &dashboard, "userstack", NODE, None);
+        let empty: Vec<String> = answers
+            .iter()
+            .filter(|(_, a)| !a.as_ref().is_ok_and(|s| !s.is_empty()))
+            .map(|(q, a)| format!("{} / {}: {a:?}", q.panel, q.ref_id))
+            .collect();
+        if !empty.is_empty() {
+            eprintln!("not yet: {empty:?}");
+            return None;
+        }
+        answers
+            .into_iter()
+            .find(|(q, _)| q.panel == "Established connections")
+            .and_then(|(_, a)| a.ok())
+            .filter(|s| s.iter().any(|s| s.value == 1.0))
+    });
+    eprintln!("userspace.json: every panel has data; established: {established:?}");
+    drop(held);
+    drop(prometheus);
     let opens = lab.wait_for("the stack's counters on /metrics", CONVERGE, || {
         sample(&scrape(lab.agent_metrics_address(NODE))?, PASSIVE_OPENS).filter(|n| *n >= 2)
     });

@@ -423,6 +423,7 @@ mod tests {
                         limit: Some("0.01".into()),
                         passed: true,
                     }],
+                    prometheus_outcome: None,
                 }),
                 from: Vec::new(),
             }],

@@ -1,7 +1,9 @@
 //! The operator's own metrics, served in the OpenMetrics text format on `/metrics`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::header::CONTENT_TYPE;
@@ -45,6 +47,35 @@ pub struct NodeCountLabels {
 pub struct ResourceLabels {
     /// The watched resource: nodes, nodetunings, leases or networktunings.
     pub resource: &'static str,
+}
+
+/// Labels of one judged value of a wave's analysis.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct AnalysisLabels {
+    /// The tuning's name.
+    pub tuning: String,
+    /// The revision the wave rolled out.
+    pub revision: String,
+    /// The wave's index (0: the canary).
+    pub wave: String,
+    /// The metric judged: a HealthMetric name, or `prometheus`.
+    pub metric: String,
+    /// `judged` (the wave's nodes; for a Prometheus query, the largest of its series),
+    /// `baseline` (the nodes not yet changed) or `limit` (the bound it was held to).
+    pub series: &'static str,
+}
+
+/// Labels of a wave's per-metric verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// The tuning's name.
+    pub tuning: String,
+    /// The revision the wave rolled out.
+    pub revision: String,
+    /// The wave's index (0: the canary).
+    pub wave: String,
+    /// The metric judged.
+    pub metric: String,
 }
 
 /// A rollout phase as a label value.
@@ -96,7 +127,14 @@ pub struct Metrics {
     phase: Family<PhaseLabels, Gauge>,
     nodes: Family<NodeCountLabels, Gauge>,
     watch_events: Family<ResourceLabels, Counter>,
+    analysis_value: Family<AnalysisLabels, Gauge<f64, AtomicU64>>,
+    analysis_passed: Family<VerdictLabels, Gauge>,
+    /// The analysis series each tuning shows now, so that those of an earlier rollout go.
+    analysis_shown: Mutex<BTreeMap<String, AnalysisSeries>>,
 }
+
+/// The analysis series of one tuning.
+type AnalysisSeries = (BTreeSet<AnalysisLabels>, BTreeSet<VerdictLabels>);
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -139,6 +177,19 @@ impl Default for Metrics {
             "Objects the operator's watches brought, by resource",
             watch_events.clone(),
         );
+        let analysis_value = Family::<AnalysisLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "analysis_value",
+            "Each judged value of the current rollout's wave analyses: the wave's value, the \
+             baseline's and the limit, by metric",
+            analysis_value.clone(),
+        );
+        let analysis_passed = Family::<VerdictLabels, Gauge>::default();
+        registry.register(
+            "analysis_passed",
+            "1 when a wave's metric passed its analysis, 0 when it did not",
+            analysis_passed.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -147,6 +198,9 @@ impl Default for Metrics {
             phase,
             nodes,
             watch_events,
+            analysis_value,
+            analysis_passed,
+            analysis_shown: Mutex::default(),
         }
     }
 }
@@ -171,11 +225,13 @@ impl Metrics {
             .inc();
     }
 
-    /// Records a tuning's phase and node counts from its status.
+    /// Records a tuning's phase, node counts and its current rollout's analysis values from its
+    /// status.
     pub fn observe_status(&self, tuning: &str, status: &NetworkTuningStatus) {
         if let Some(phase) = status.phase {
             self.set_phase(tuning, phase);
         }
+        self.show_analysis(tuning, status);
         for (state, count) in NODE_STATES.iter().zip([
             status.matched_nodes,
             status.updated_nodes,
@@ -202,13 +258,71 @@ impl Metrics {
         }
     }
 
-    /// Forgets a deleted tuning's phase.
+    /// Forgets a deleted tuning's phase and analysis values.
     pub fn forget(&self, tuning: &str) {
         for p in ALL_PHASES {
             self.phase.remove(&PhaseLabels {
                 tuning: tuning.into(),
                 phase: p,
             });
+        }
+        self.show_analysis(tuning, &NetworkTuningStatus::default());
+    }
+
+    /// Sets the analysis gauges of `tuning` from the waves of `status` (its current rollout),
+    /// and removes those of waves it no longer shows.
+    fn show_analysis(&self, tuning: &str, status: &NetworkTuningStatus) {
+        let revision = status.current_revision.clone().unwrap_or_default();
+        let mut values = BTreeSet::new();
+        let mut verdicts = BTreeSet::new();
+        for wave in &status.waves {
+            let Some(analysis) = &wave.analysis else {
+                continue;
+            };
+            for m in &analysis.metrics {
+                let verdict = VerdictLabels {
+                    tuning: tuning.into(),
+                    revision: revision.clone(),
+                    wave: wave.index.to_string(),
+                    metric: m.metric.clone(),
+                };
+                self.analysis_passed
+                    .get_or_create(&verdict)
+                    .set(i64::from(m.passed));
+                for (series, text) in [
+                    ("judged", &m.judged),
+                    ("baseline", &m.baseline),
+                    ("limit", &m.limit),
+                ] {
+                    let Some(value) = text.as_deref().and_then(largest_number) else {
+                        continue;
+                    };
+                    let labels = AnalysisLabels {
+                        tuning: verdict.tuning.clone(),
+                        revision: verdict.revision.clone(),
+                        wave: verdict.wave.clone(),
+                        metric: verdict.metric.clone(),
+                        series,
+                    };
+                    self.analysis_value.get_or_create(&labels).set(value);
+                    values.insert(labels);
+                }
+                verdicts.insert(verdict);
+            }
+        }
+        let mut shown = self
+            .analysis_shown
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (old_values, old_verdicts) = shown.remove(tuning).unwrap_or_default();
+        for gone in old_values.difference(&values) {
+            self.analysis_value.remove(gone);
+        }
+        for gone in old_verdicts.difference(&verdicts) {
+            self.analysis_passed.remove(gone);
+        }
+        if !values.is_empty() || !verdicts.is_empty() {
+            shown.insert(tuning.into(), (values, verdicts));
         }
     }
 
@@ -228,6 +342,15 @@ impl Metrics {
             .expect("writing to a String cannot fail");
         out
     }
+}
+
+/// The largest number in an analysis value's text: `0.0123`, a Prometheus query's values
+/// `0.001, 0.002`, or its condition `result < 0.01`; `None` when there is none.
+fn largest_number(text: &str) -> Option<f64> {
+    text.split(|c: char| c == ',' || c.is_whitespace())
+        .filter_map(|word| word.parse::<f64>().ok())
+        .filter(|v| !v.is_nan())
+        .reduce(f64::max)
 }
 
 /// Serves `/metrics` on `addr` until the process ends; returns the bound address. OpenMetrics
@@ -277,6 +400,7 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hoststack_crds::{AnalysisStatus, MetricResult, WaveStatus};
 
     #[test]
     fn encodes_counters_and_one_hot_phase() {
@@ -319,5 +443,89 @@ mod tests {
         );
         m.forget("edge");
         assert!(!m.encode().contains("tuning_phase{"));
+    }
+
+    fn judged(revision: &str, metrics: Vec<MetricResult>) -> NetworkTuningStatus {
+        NetworkTuningStatus {
+            current_revision: Some(revision.into()),
+            waves: vec![WaveStatus {
+                index: 0,
+                analysis: Some(AnalysisStatus {
+                    verdict: "Fail".into(),
+                    metrics,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn analysis_values_are_shown_for_the_current_rollout_only() {
+        let m = Metrics::default();
+        let ratio = MetricResult {
+            metric: "RetransmitRatio".into(),
+            judged: Some("0.03".into()),
+            baseline: Some("0.001".into()),
+            limit: Some("0.002".into()),
+            passed: false,
+        };
+        let query = MetricResult {
+            metric: "prometheus".into(),
+            judged: Some("0.004, 0.012, NaN".into()),
+            baseline: None,
+            limit: Some("result < 0.01".into()),
+            passed: false,
+        };
+        m.observe_status("edge", &judged("r2", vec![ratio, query]));
+        let text = m.encode_prometheus_text();
+        let series = |rev: &str, metric: &str, series: &str| {
+            format!(
+                "hoststack_operator_analysis_value{{tuning=\"edge\",revision=\"{rev}\",wave=\"0\",metric=\"{metric}\",series=\"{series}\"}}"
+            )
+        };
+        for (line, value) in [
+            (series("r2", "RetransmitRatio", "judged"), "0.03"),
+            (series("r2", "RetransmitRatio", "baseline"), "0.001"),
+            (series("r2", "RetransmitRatio", "limit"), "0.002"),
+            // A query's largest series, against its condition's bound.
+            (series("r2", "prometheus", "judged"), "0.012"),
+            (series("r2", "prometheus", "limit"), "0.01"),
+        ] {
+            assert!(
+                text.contains(&format!("{line} {value}\n")),
+                "{line} {value}: {text}"
+            );
+        }
+        assert!(
+            !text.contains(&series("r2", "prometheus", "baseline")),
+            "{text}"
+        );
+        assert!(text.contains(
+            "hoststack_operator_analysis_passed{tuning=\"edge\",revision=\"r2\",wave=\"0\",metric=\"RetransmitRatio\"} 0"
+        ));
+        // The next rollout replaces them; a deleted tuning leaves none.
+        m.observe_status("edge", &judged("r3", vec![]));
+        let text = m.encode_prometheus_text();
+        assert!(!text.contains("revision=\"r2\""), "{text}");
+        m.observe_status(
+            "edge",
+            &judged(
+                "r3",
+                vec![MetricResult {
+                    metric: "prometheus".into(),
+                    judged: Some("0.001".into()),
+                    limit: Some("result < 0.01".into()),
+                    passed: true,
+                    ..Default::default()
+                }],
+            ),
+        );
+        assert!(m
+            .encode_prometheus_text()
+            .contains(&format!("{} 0.001\n", series("r3", "prometheus", "judged"))));
+        m.forget("edge");
+        assert!(!m.encode().contains("analysis_"), "{}", m.encode());
     }
 }

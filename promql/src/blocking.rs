@@ -20,13 +20,16 @@ impl Client {
     /// A client of the server at `endpoint`, with the default timeout and size limit; fails
     /// only when its runtime cannot be made.
     pub fn new(endpoint: Endpoint) -> std::io::Result<Client> {
+        Client::wrap(crate::Client::new(endpoint))
+    }
+
+    /// A blocking client that runs `inner`'s queries (one made with access settings, say);
+    /// fails only when its runtime cannot be made.
+    pub fn wrap(inner: crate::Client) -> std::io::Result<Client> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        Ok(Client {
-            runtime,
-            inner: crate::Client::new(endpoint),
-        })
+        Ok(Client { runtime, inner })
     }
 
     /// The same client with another timeout for each query.

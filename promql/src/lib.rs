@@ -21,6 +21,6 @@ pub mod error;
 
 pub use access::{Access, Credentials};
 pub use answer::{decode, Data, Sample, Series};
-pub use client::{Client, Range};
+pub use client::{Client, Range, DEFAULT_TIMEOUT};
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};

@@ -3,6 +3,7 @@
 //! lab admin unless given another kubeconfig; the helpers meant for tests panic with the
 //! tool's message rather than return errors a test would unwrap.
 
+use super::PROMETHEUS_SECRET;
 use crate::command::{self, cmd};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -156,9 +157,11 @@ impl Kubectl {
     }
 
     /// `helm template` of `chart`'s ServiceAccounts, RBAC, per-node write guard and spec guard
-    /// (the ValidatingAdmissionPolicies) into `namespace`.
+    /// (the ValidatingAdmissionPolicies) into `namespace`, the operator allowed to read the
+    /// Prometheus gate's Secret [`PROMETHEUS_SECRET`].
     pub fn render_chart_rbac(&self, chart: &Path, namespace: &str) -> Result<String> {
         let chart = chart.to_str().expect("UTF-8 path");
+        let secret = format!("prometheus.secretName={PROMETHEUS_SECRET}");
         let mut helm = self.helm_command(&[
             "template",
             "hoststack",
@@ -175,6 +178,8 @@ impl Kubectl {
             "templates/node-write-guard.yaml",
             "--show-only",
             "templates/node-spec-guard.yaml",
+            "--set",
+            &secret,
         ]);
         command::run(&mut helm, None)
     }

@@ -31,6 +31,10 @@ mod workloads;
 
 pub use binaries::control_plane_dir;
 pub use control_plane::kubeconfigs::{Identity, NAMESPACE};
+
+/// The Secret the lab's chart RBAC lets the operator read for the Prometheus gate
+/// (`prometheus.secretName`), and no other.
+pub const PROMETHEUS_SECRET: &str = "hoststack-prometheus";
 pub use workloads::AGENT_METRICS_PORT;
 
 use crate::config::{LabConfig, NodeKind};
@@ -186,6 +190,18 @@ impl Lab {
         self.kubeconfigs
             .mint_account(account, &self.kubectl, self.api_url(), &ca)
             .unwrap_or_else(|e| panic!("minting a token of ServiceAccount {account}: {e}"))
+    }
+
+    /// A serving certificate for `ip` signed by the lab's CA, for a helper that serves TLS:
+    /// the certificate, its key and the CA's certificate (`pki/<name>.crt`, `.key`, `ca.crt`).
+    pub fn serving_certificate(
+        &self,
+        name: &str,
+        ip: Ipv4Addr,
+    ) -> Result<(PathBuf, PathBuf, PathBuf)> {
+        let dir = self.dir.join("pki");
+        let (cert, key) = control_plane::pki::serving_certificate(&dir, name, ip)?;
+        Ok((cert, key, control_plane::pki::ca_cert(&dir)))
     }
 
     /// Runs kubectl with the credentials in `kubeconfig`, with `stdin` as its standard input.

@@ -20,12 +20,12 @@ use kube::ResourceExt;
 use super::decision::{Announcement, Decision, Gauges, Next, SpecWrite, Why};
 use super::snapshot::Snapshot;
 use super::writes::{agent_labels, node_spec, withdrawn_spec};
-use crate::rollout::gate;
 use crate::rollout::history::{Borrowed, History};
 use crate::rollout::nodes;
 use crate::rollout::planner::{self, Holding, NodeView, Progress, Report, State, Verdict};
 use crate::rollout::progress;
 use crate::rollout::strategy::{self, Gate, Resolved};
+use crate::rollout::{gate, prometheus};
 use crate::selection::TuningNodes;
 use crate::status::{aggregate, condition, node_applied, node_failure, set_condition, Observed};
 
@@ -146,6 +146,7 @@ impl<'a> Apply<'a> {
                 .get(PROMOTE_ANNOTATION)
                 .map(String::as_str),
             now: self.snap.now_secs(),
+            prometheus_secret: None,
         })
     }
 
@@ -495,11 +496,35 @@ fn rollout_status(
             }
         }
     }
+    // How the Prometheus gate's last query went, kept until the next one in the same rollout.
+    let answered = match judged
+        .as_ref()
+        .and_then(|a| Some((a, a.prometheus_outcome.as_deref()?)))
+    {
+        Some((analysis, outcome)) => {
+            let ok = outcome == prometheus::ANSWERED;
+            let message = match &analysis.message {
+                Some(m) if !ok => m.clone(),
+                _ => format!("the query answered ({outcome})"),
+            };
+            Some(cond(PROMETHEUS_ANSWERED, ok, outcome, message))
+        }
+        None => previous
+            .filter(|_| same_rollout)
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == PROMETHEUS_ANSWERED))
+            .cloned(),
+    };
+    if let Some(answered) = answered {
+        set_condition(&mut status.conditions, answered);
+    }
     if mine.governed.is_empty() {
         governs_nothing(&mut status, previous, same_rollout, cond);
     }
     status
 }
+
+/// The condition type that says how the Prometheus gate's last query went.
+pub const PROMETHEUS_ANSWERED: &str = "PrometheusAnswered";
 
 /// The status of a tuning that governs no node: Superseded when other tunings govern the nodes
 /// it matches, Pending when it matches none. Its rollout's waves and stable revision stay as
@@ -601,6 +626,34 @@ fn announce(
             ),
         });
     }
+    // Each wave's analysis when it reaches a verdict, with the values it was judged on.
+    let before = previous
+        .filter(|_| same_rollout)
+        .map_or(&[][..], |s| &s.waves[..]);
+    for wave in &status.waves {
+        let Some(analysis) = &wave.analysis else {
+            continue;
+        };
+        let (type_, reason) = match analysis.verdict.as_str() {
+            "Pass" => (EventType::Normal, "AnalysisPassed"),
+            "Fail" => (EventType::Warning, "AnalysisFailed"),
+            "Inconclusive" => (EventType::Warning, "AnalysisInconclusive"),
+            _ => continue,
+        };
+        let was = before
+            .iter()
+            .find(|w| w.index == wave.index)
+            .and_then(|w| w.analysis.as_ref());
+        if was.is_some_and(|a| a.verdict == analysis.verdict) {
+            continue;
+        }
+        events.push(Announcement {
+            type_,
+            reason,
+            action: format!("Analysis/{revision}/wave{}", wave.index),
+            note: analysis_note(revision, wave.index, analysis),
+        });
+    }
     let message = status.message.clone().unwrap_or_default();
     if status.phase != previous.and_then(|s| s.phase) {
         let event = match status.phase {
@@ -629,6 +682,44 @@ fn announce(
     }
     events
 }
+
+/// An analysis event's note: each metric's judged value against its baseline and limit, and
+/// why when it was not a pass; at most [`NOTE_LIMIT`] bytes, as the API server allows.
+fn analysis_note(revision: &str, wave: u32, analysis: &AnalysisStatus) -> String {
+    let mut note = format!("wave {wave} of revision {revision}:");
+    for (i, m) in analysis.metrics.iter().enumerate() {
+        let value = |v: &Option<String>| v.as_deref().unwrap_or("-").to_string();
+        let mut line = format!(
+            "{} {} {} (limit {}",
+            if i == 0 { "" } else { ";" },
+            m.metric,
+            value(&m.judged),
+            value(&m.limit)
+        );
+        if let Some(baseline) = &m.baseline {
+            line.push_str(&format!(", baseline {baseline}"));
+        }
+        line.push_str(if m.passed { ") passed" } else { ") failed" });
+        note.push_str(&line);
+    }
+    if analysis.verdict != "Pass" {
+        if let Some(message) = &analysis.message {
+            note.push_str(&format!(" — {message}"));
+        }
+    }
+    if note.len() > NOTE_LIMIT {
+        let mut end = NOTE_LIMIT - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
+
+/// The longest event note the API server accepts (events.k8s.io/v1: 1 kB).
+const NOTE_LIMIT: usize = 1024;
 
 #[cfg(test)]
 mod tests {
@@ -1164,5 +1255,65 @@ mod tests {
         assert_eq!(status.phase, Some(Phase::Superseded));
         assert_eq!(status.superseded_by.as_deref(), Some("newbie"));
         assert_eq!(status.progress.as_deref(), Some("0/0"));
+    }
+
+    #[test]
+    fn an_analysis_verdict_is_announced_once_with_its_values() {
+        use hoststack_crds::MetricResult;
+        let judged = |verdict: &str| NetworkTuningStatus {
+            current_revision: Some("r2".into()),
+            phase: Some(Phase::Paused),
+            waves: vec![WaveStatus {
+                index: 0,
+                analysis: Some(AnalysisStatus {
+                    verdict: verdict.into(),
+                    message: Some("Prometheus answered 401 Unauthorized".into()),
+                    metrics: vec![MetricResult {
+                        metric: "RetransmitRatio".into(),
+                        judged: Some("0.03".into()),
+                        baseline: Some("0.001".into()),
+                        limit: Some("0.002".into()),
+                        passed: false,
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let events = announce(Some(&judged("Pending")), &judged("Inconclusive"));
+        let event = events
+            .iter()
+            .find(|e| e.reason == "AnalysisInconclusive")
+            .expect("the verdict is announced");
+        assert_eq!(event.action, "Analysis/r2/wave0");
+        assert_eq!(
+            event.note,
+            "wave 0 of revision r2: RetransmitRatio 0.03 (limit 0.002, baseline 0.001) failed \
+             — Prometheus answered 401 Unauthorized"
+        );
+        // The same verdict again is not news; a pass is, without the message.
+        let again = announce(Some(&judged("Inconclusive")), &judged("Inconclusive"));
+        assert!(again.iter().all(|e| !e.reason.starts_with("Analysis")));
+        let passed = announce(Some(&judged("Inconclusive")), &judged("Pass"));
+        let event = passed
+            .iter()
+            .find(|e| e.reason == "AnalysisPassed")
+            .unwrap();
+        assert!(!event.note.contains("401"), "{}", event.note);
+        // A long note is cut to what the API server takes.
+        let mut long = judged("Fail");
+        long.waves[0].analysis.as_mut().unwrap().message = Some("é".repeat(600));
+        let events = announce(None, &long);
+        let note = &events
+            .iter()
+            .find(|e| e.reason == "AnalysisFailed")
+            .unwrap()
+            .note;
+        assert!(
+            note.len() <= NOTE_LIMIT && note.ends_with("..."),
+            "{}",
+            note.len()
+        );
     }
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 use futures::{future, StreamExt};
 use hoststack_crds::{NetworkTuning, NodeTuning, FINALIZER, OPERATOR_FIELD_MANAGER};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
@@ -316,13 +316,52 @@ async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action>
             )
             .await?;
             let judgement = match step.gate() {
-                Some(input) => gate::evaluate(&input).await,
+                Some(mut input) => {
+                    let secret = input
+                        .analysis
+                        .and_then(|a| a.prometheus.as_ref())
+                        .and_then(|p| p.secret_name.as_deref());
+                    if let Some(name) = secret {
+                        input.prometheus_secret =
+                            Some(read_secret(&ctx.client, &ctx.namespace, name).await);
+                    }
+                    gate::evaluate(&input).await
+                }
                 None => (Verdict::Pending, None),
             };
             step.decide(&history, judgement)
         }
     };
     effects::carry_out(ctx, tuning, decision).await
+}
+
+/// The data of Secret `name` in the operator's namespace, or why it cannot be had (the chart
+/// lets the operator read only the Secret its values name).
+async fn read_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> std::result::Result<BTreeMap<String, Vec<u8>>, String> {
+    match Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+    {
+        Ok(secret) => Ok(secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, value)| (key, value.0))
+            .collect()),
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            Err(format!("not found in namespace {namespace}"))
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => Err(format!(
+            "the operator may not read it in namespace {namespace}: the chart grants it the \
+             Secret named by its value prometheus.secretName only ({})",
+            e.message
+        )),
+        Err(e) => Err(format!("reading it failed: {e}")),
+    }
 }
 
 /// Withdraws a deleted tuning from its nodes and waits, bounded, until they confirm the revert.

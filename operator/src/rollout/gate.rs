@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hoststack_crds::{
-    wave_id, Analysis, AnalysisStatus, MetricResult, NodeTuning, ABORT_ANNOTATION,
-    PROMOTE_ANNOTATION,
+    wave_id, Analysis, AnalysisStatus, MetricResult, NodeTuning, PrometheusAnalysis,
+    ABORT_ANNOTATION, PROMOTE_ANNOTATION,
 };
+use hoststack_promql::Access;
 
 use super::analysis::{self, combine, Measurement, NodeSample};
 use super::nodes::baseline_sample;
@@ -38,6 +39,9 @@ pub struct Input<'a> {
     pub promote: Option<&'a str>,
     /// Now, in seconds since the epoch.
     pub now: u64,
+    /// The data of the Secret the Prometheus gate names (`secretName`), as the caller read it,
+    /// or why it could not; `None` when not read.
+    pub prometheus_secret: Option<Result<BTreeMap<String, Vec<u8>>, String>>,
 }
 
 /// The verdict on the wave in flight, and the analysis to show in its status.
@@ -112,6 +116,7 @@ async fn analyse(
     let mut verdict = Verdict::Pass;
     let mut metrics = Vec::new();
     let mut request = None;
+    let mut outcome = None;
     if !thresholds.is_empty() {
         let id = wave_id(&p.revision, p.wave_index(index));
         let judged_samples: Vec<NodeSample> = judged
@@ -155,13 +160,25 @@ async fn analyse(
             Verdict::Pending
         } else {
             let query = prometheus::render(&prom.query, &judged, &baseline);
-            match prometheus::query(&prom.address, &query).await {
+            let answer = match prometheus_access(prom, input.prometheus_secret.as_ref()) {
+                Ok(access) => {
+                    prometheus::query(&prom.address, &query, &access, input.resolved.query_timeout)
+                        .await
+                }
+                Err(failure) => Err(failure),
+            };
+            match answer {
                 Ok(values) => {
                     let v = prometheus::judge(
                         &values,
                         &prom.success_condition,
                         prom.failure_condition.as_deref(),
                     );
+                    outcome = Some(if values.is_empty() {
+                        prometheus::NO_DATA
+                    } else {
+                        prometheus::ANSWERED
+                    });
                     metrics.push(MetricResult {
                         metric: "prometheus".into(),
                         judged: Some(
@@ -177,7 +194,10 @@ async fn analyse(
                     });
                     v
                 }
-                Err(e) => Verdict::Inconclusive(e),
+                Err(failure) => {
+                    outcome = Some(failure.reason);
+                    Verdict::Inconclusive(failure.message)
+                }
             }
         };
         verdict = combine(verdict, prom_verdict);
@@ -195,8 +215,31 @@ async fn analyse(
         )),
         Verdict::Pass => None,
     };
-    let shown = status(&verdict, message, request, metrics);
+    let mut shown = status(&verdict, message, request, metrics);
+    shown.prometheus_outcome = outcome.map(String::from);
     (verdict, Some(shown))
+}
+
+/// How to reach the gate's Prometheus: the spec's headers and, when it names a Secret, the
+/// credentials and CA bundle the caller read from it.
+fn prometheus_access(
+    prom: &PrometheusAnalysis,
+    secret: Option<&Result<BTreeMap<String, Vec<u8>>, String>>,
+) -> Result<Access, prometheus::Failure> {
+    let Some(name) = prom.secret_name.as_deref() else {
+        return prometheus::access(None, &prom.headers);
+    };
+    match secret {
+        Some(Ok(data)) => prometheus::access(Some((name, data)), &prom.headers),
+        Some(Err(why)) => Err(prometheus::Failure {
+            reason: prometheus::SECRET_UNREADABLE,
+            message: format!("Secret {name}: {why}"),
+        }),
+        None => Err(prometheus::Failure {
+            reason: prometheus::SECRET_UNREADABLE,
+            message: format!("Secret {name} was not read"),
+        }),
+    }
 }
 
 /// A node's health sample, when it answers request `id`, was taken on `revision` and is steady
@@ -233,6 +276,7 @@ fn status(
         message,
         request_id,
         metrics,
+        prometheus_outcome: None,
     }
 }
 
@@ -299,6 +343,7 @@ mod tests {
             node_tunings: &nts,
             promote: None,
             now: 200,
+            prometheus_secret: None,
         };
         let (v, s) = evaluate(&input).await;
         assert_eq!(v, Verdict::Pending);
@@ -389,6 +434,7 @@ mod tests {
             node_tunings: nts,
             promote: None,
             now,
+            prometheus_secret: None,
         };
         // The baseline has not answered: pending, then inconclusive once overdue.
         assert_eq!(evaluate(&input(&alone, 110)).await.0, Verdict::Pending);

@@ -36,6 +36,8 @@ pub struct Resolved {
     pub gate: Gate,
     /// Length of one health window.
     pub window: Duration,
+    /// How long the Prometheus gate's query may take (`analysis.prometheus.timeout`).
+    pub query_timeout: Duration,
 }
 
 /// Resolves `rollout` for `nodes` matched nodes; the error names the bad field.
@@ -70,6 +72,13 @@ pub fn resolve(rollout: Option<&Rollout>, nodes: usize) -> Result<Resolved, Stri
         None => DEFAULT_WINDOW,
         Some(w) => duration("analysis.window", Some(w))?.max(Duration::from_secs(1)),
     };
+    let query_timeout = match analysis
+        .and_then(|a| a.prometheus.as_ref())
+        .and_then(|p| p.timeout.as_ref())
+    {
+        None => hoststack_promql::DEFAULT_TIMEOUT,
+        Some(t) => duration("analysis.prometheus.timeout", Some(t))?.max(Duration::from_millis(1)),
+    };
     Ok(Resolved {
         strategy: Strategy {
             canary,
@@ -82,6 +91,7 @@ pub fn resolve(rollout: Option<&Rollout>, nodes: usize) -> Result<Resolved, Stri
         },
         gate,
         window,
+        query_timeout,
     })
 }
 

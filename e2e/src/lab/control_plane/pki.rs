@@ -146,6 +146,34 @@ pub(crate) fn client_certificate(
     Ok((cert, key))
 }
 
+/// Signs a serving certificate for `ip` with the CA that [`generate`] made in `dir`, for a
+/// helper that serves TLS; returns `<dir>/<name>.crt` and `<dir>/<name>.key`.
+pub(crate) fn serving_certificate(
+    dir: &Path,
+    name: &str,
+    ip: Ipv4Addr,
+) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    let section = format!("serving_{name}");
+    let mut config = std::fs::read_to_string(dir.join("openssl.cnf"))
+        .map_err(|e| Error::io("reading the lab's openssl.cnf", e))?;
+    if !config.contains(&format!("[{section}]")) {
+        config.push_str(&format!(
+            "[{section}]\n\
+             basicConstraints = critical, CA:FALSE\n\
+             keyUsage = critical, digitalSignature, keyEncipherment\n\
+             extendedKeyUsage = serverAuth\n\
+             subjectAltName = IP:{ip}\n"
+        ));
+        write(&dir.join("openssl.cnf"), &config)?;
+    }
+    sign(dir, name, &format!("/CN={ip}"), &section, &key, &cert)?;
+    Ok((cert, key))
+}
+
 /// Makes `key` and a certificate `cert` for `subject` with extensions section `ext` of
 /// `<dir>/openssl.cnf`, signed by the CA in `dir`.
 fn sign(dir: &Path, name: &str, subject: &str, ext: &str, key: &Path, cert: &Path) -> Result<()> {
