@@ -4,9 +4,10 @@
 //! then real TCP traffic (iperf3) runs from node-a to node-b with 2% random loss each way,
 //! made by an nftables `numgen` rule on node-a's eth0. Then every query of every panel of
 //! the Node and Rollout dashboards in charts/hoststack/dashboards is evaluated at a moment
-//! inside the lossy run and must return data (the User-space stack dashboard is proven where
-//! that stack runs, e2e/tests/userstack.rs), the loss counters must have risen, `promtool check metrics` must accept
-//! each /metrics output, and the agent's resident memory must stay flat over 2,000 scrapes.
+//! inside the lossy run and must return data that shows what the lab is known to be doing
+//! ([`known_value`]: a value, a bound or a label per panel; the User-space stack dashboard is
+//! proven where that stack runs, e2e/tests/userstack.rs), the loss counters must have risen,
+//! `promtool check metrics` must accept each /metrics output, and the agent's resident memory must stay flat over 2,000 scrapes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -59,6 +60,134 @@ fn dashboards() -> Vec<(String, Value)> {
 
 fn substitute(expr: &str) -> String {
     dashboards::substitute(expr, TUNING, SENDER)
+}
+
+/// What the test knows about the lab at the moment the panels are evaluated.
+struct Known {
+    /// The tuning's revision, applied on both edge nodes.
+    revision: String,
+    /// The CPUs of the machine (each node's softnet counters have one series per CPU).
+    cpus: usize,
+}
+
+/// Checks the answer of one panel query against what the lab is known to show inside the lossy
+/// run (node-a sending to node-b with 2 % loss each way, the tuning complete on both edge
+/// nodes, no transaction, probe or listen drop since): a value, a bound or a label, never only
+/// that some data came back. A panel without a check here fails, so a new panel gets one.
+fn known_value(
+    dashboard: &str,
+    panel: &str,
+    ref_id: &str,
+    samples: &[hoststack_e2e::prometheus::Sample],
+    known: &Known,
+) -> Result<(), String> {
+    let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+    let label = |s: &hoststack_e2e::prometheus::Sample, k: &str| {
+        s.labels.get(k).cloned().unwrap_or_default()
+    };
+    let by = |k: &str| -> BTreeMap<String, f64> {
+        samples.iter().map(|s| (label(s, k), s.value)).collect()
+    };
+    let all = |ok: &dyn Fn(f64) -> bool, what: &str| {
+        if !values.is_empty() && values.iter().all(|v| ok(*v)) {
+            Ok(())
+        } else {
+            Err(format!("want every value {what}"))
+        }
+    };
+    let want = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+    let ratio = |v: f64| v > 0.0 && v < 0.5;
+    match (dashboard, panel, ref_id) {
+        ("node.json", "Retransmit ratio", _) => all(&ratio, "in (0, 0.5): 2 % loss each way"),
+        ("node.json", "TCP segments", _) => {
+            let f = by("field");
+            want(
+                f.get("OutSegs") > Some(&0.0) && f.get("RetransSegs") < f.get("OutSegs"),
+                "OutSegs above 0, RetransSegs below it".into(),
+            )
+        }
+        ("node.json", "Loss recovery events", _)
+        | ("node.json", "SACK and D-SACK per 1000 segments", _) => want(
+            by("field").get("TCPSackRecovery") > Some(&0.0),
+            "TCPSackRecovery above 0 under loss".into(),
+        ),
+        ("node.json", "Listen queue drops", _)
+        | ("node.json", "Exporter read errors", _)
+        | ("node.json", "Agent transactions", _)
+        | ("node.json", "Post-apply probes and self-reverts", _)
+        | ("rollout.json", "Listen drops per node by phase", _)
+        | ("rollout.json", "Apply failures", _) => all(&|v| v == 0.0, "0: none happened"),
+        ("node.json", "Established connections", _) => {
+            all(&|v| v >= 1.0, "at least 1: iperf3's connection")
+        }
+        ("node.json", "Softnet drops and squeezes per CPU", _)
+        | ("node.json", "Softnet packets processed per CPU", _) => {
+            let per_cpu = want(
+                samples.len() == known.cpus,
+                format!("one series per CPU ({})", known.cpus),
+            );
+            let moved = if ref_id == "A" && panel.contains("processed") {
+                want(values.iter().sum::<f64>() > 0.0, "packets processed".into())
+            } else {
+                all(&|v| v >= 0.0, "a rate, not negative")
+            };
+            per_cpu.and(moved)
+        }
+        ("node.json", "Applied revision", "B") => want(
+            values == [1.0] && label(&samples[0], "tuning") == TUNING,
+            format!("node_info of 1 for {TUNING}"),
+        ),
+        // `$node` is node-a here, as a user who picked that node would see it.
+        ("node.json", "Applied revision", _) | ("rollout.json", "Applied revision per node", _) => {
+            want(
+                samples.len() == 1
+                    && samples.iter().all(|s| {
+                        s.value == 1.0
+                            && label(s, "revision") == known.revision
+                            && label(s, "node") == SENDER
+                    }),
+                format!("1 for node-a's revision {}", known.revision),
+            )
+        }
+        ("node.json", "Transaction duration (p99)", _)
+        | ("rollout.json", "Operator reconcile duration (p99)", _) => {
+            all(&|v| v > 0.0 && v < 65.6, "a duration in (0, 65.5] s")
+        }
+        ("rollout.json", "Retransmit ratio by phase", _) => want(
+            by("phase").get("stable").is_some_and(|v| ratio(*v)),
+            "stable in (0, 0.5)".into(),
+        ),
+        ("rollout.json", "SACK recoveries per 1000 segments by phase", _) => want(
+            by("phase").get("stable") > Some(&0.0),
+            "stable above 0 under loss".into(),
+        ),
+        ("rollout.json", "D-SACKs received per 1000 segments by phase", _)
+        | ("rollout.json", "RTO timeouts per node by phase", _) => want(
+            by("phase").keys().eq(["stable"]) && values.iter().all(|v| *v >= 0.0),
+            "one rate, not negative, for the stable phase".into(),
+        ),
+        ("rollout.json", "Operator reconciles per second", _) => {
+            all(&|v| v >= 0.0 && v.is_finite(), "a rate, not negative")
+        }
+        ("rollout.json", "Nodes per rollout phase", _) => want(
+            by("phase") == BTreeMap::from([("stable".to_string(), 1.0)]),
+            "the selected node, node-a, stable".into(),
+        ),
+        ("rollout.json", "Rollout progress (operator)", _) => {
+            let s = by("state");
+            want(
+                s.get("matched") == Some(&2.0)
+                    && s.get("applied") == Some(&2.0)
+                    && s.get("failed") == Some(&0.0),
+                "2 matched, 2 applied, 0 failed".into(),
+            )
+        }
+        ("rollout.json", "Tuning phase (operator)", _) => want(
+            by("phase") == BTreeMap::from([("Complete".to_string(), 1.0)]),
+            "Complete".into(),
+        ),
+        _ => Err("no known-value check for this panel".into()),
+    }
 }
 
 /// The dashboards are well-formed Grafana JSON: the three expected, unique ids, template
@@ -256,6 +385,12 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
             (String::from_utf8_lossy(&out.stdout) == "Applied").then_some(())
         });
     }
+    // The rollout completed: its revision is what the revision panels must show.
+    let done = lab.wait_tuning_phase(TUNING, "Complete", Duration::from_secs(90));
+    let revision = done["currentRevision"]
+        .as_str()
+        .expect("a revision")
+        .to_string();
     // node_info says which tuning governs which node.
     lab.wait_for(
         "node_info of both edge nodes in Prometheus",
@@ -380,6 +515,10 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let at = loss_end - 1.5;
     let mut failures = Vec::new();
     let mut proven = 0;
+    let known = Known {
+        revision: revision.clone(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     for (name, dashboard) in dashboards() {
         // The user-space stack does not run in this lab: e2e/tests/userstack.rs, where it
         // does, proves that dashboard's queries return data.
@@ -416,6 +555,11 @@ fn every_dashboard_query_returns_data_from_a_real_prometheus() {
                     failures.push(format!("{name} / {title} / {ref_id}: no data for {expr}"))
                 }
                 Ok(result) => {
+                    if !JUDGED_ROLLOUT_PANELS.contains(&title.as_str()) {
+                        if let Err(e) = known_value(&name, &title, &ref_id, &result, &known) {
+                            failures.push(format!("{name} / {title} / {ref_id}: {e}: {result:?}"));
+                        }
+                    }
                     proven += usize::from(!result.is_empty());
                     let values: Vec<String> = result
                         .iter()
