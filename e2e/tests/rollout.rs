@@ -581,6 +581,14 @@ fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
         ]),
         "{a}"
     );
+    eprintln!(
+        "events:\n{}\nanalysis panel at the canary's verdict: {values:?}",
+        recorded
+            .lines()
+            .filter(|l| l.starts_with("Analysis"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     let verdicts = shown("Analysis verdicts");
     assert!(
         verdicts.iter().any(|s| s.labels["revision"] == revision
