@@ -108,6 +108,16 @@ impl Flags {
         }
     }
 
+    /// An `on`/`off` flag, `default` when absent.
+    fn switch(&self, name: &str, default: bool) -> Result<bool, Problem> {
+        match self.get(name) {
+            None => Ok(default),
+            Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            Some(v) => Err(Problem::Usage(format!("{name} {v:?} is not on or off"))),
+        }
+    }
+
     fn seeds(&self) -> Result<u64, Problem> {
         let n = self.number("--seeds", 5.0)?;
         if n.fract() != 0.0 {
@@ -166,11 +176,7 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
                     .map_err(|_| Problem::Usage(format!("--spin-core {v:?} is not a core number")))
             })
             .transpose()?,
-        steer: match flags.get("--steer") {
-            None | Some("on") => true,
-            Some("off") => false,
-            Some(v) => return Err(Problem::Usage(format!("--steer {v:?} is not on or off"))),
-        },
+        steer: flags.switch("--steer", true)?,
         dir: out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -185,10 +191,8 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
     // runner's core kept busy.
     let mut runs: Vec<(Pairing, Option<u32>)> =
         pairings.iter().map(|&p| (p, options.spin_core)).collect();
-    match flags.get("--control") {
-        None | Some("off") => {}
-        Some("on") => runs.push((Pairing::LinuxToLinux, Some(options.core))),
-        Some(v) => return Err(Problem::Usage(format!("--control {v:?} is not on or off"))),
+    if flags.switch("--control", false)? {
+        runs.push((Pairing::LinuxToLinux, Some(options.core)));
     }
     let mut measurements = Vec::new();
     // Round after round over every row and pairing, so that each pairing's runs spread over

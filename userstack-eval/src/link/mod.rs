@@ -115,7 +115,7 @@ struct Sample {
     /// The runner's loop time, busy and in all, and its queue drops, summed over shards.
     runner: Option<(u64, u64, QueueDrops)>,
     /// The router's data-direction drops.
-    path: Option<topology::Drops>,
+    path: topology::Drops,
 }
 
 /// Runs `row` once with `pairing` on a fresh link and measures the window after the warm-up.
@@ -194,7 +194,6 @@ fn load(first: &Sample, last: &Sample) -> Load {
             b.2.combine(a.2, u64::saturating_sub),
         )
     });
-    let path = first.path.zip(last.path);
     Load {
         cpu_busy,
         cpu_softirq,
@@ -202,8 +201,8 @@ fn load(first: &Sample, last: &Sample) -> Load {
         sndbuf_limited: sending.map(|s| s.1),
         runner_busy: runner.map(|r| r.0),
         runner_drops: runner.map(|r| r.1),
-        path_losses: path.map(|(a, b)| b.lost.saturating_sub(a.lost)),
-        queue_drops: path.map(|(a, b)| b.overflowed.saturating_sub(a.overflowed)),
+        path_losses: Some(last.path.lost.saturating_sub(first.path.lost)),
+        queue_drops: Some(last.path.overflowed.saturating_sub(first.path.overflowed)),
     }
 }
 
@@ -253,7 +252,7 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
         counters
     };
     let cpus = cpu::read().map_err(|e| format!("/proc/stat: {e}"))?;
-    let path = Some(topology::drops()?);
+    let path = topology::drops()?;
     let mut runner = None;
     let (sender, limits) = match sender {
         Sender::Linux(senders) => (
