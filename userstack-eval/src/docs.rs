@@ -1,7 +1,7 @@
 //! docs/evaluation.md and its plots, from the simulator's runs and the real link's
 //! measurements.
 
-use crate::report::{Mark, Measurement, Pairing, Summary};
+use crate::report::{counter, Mark, Measurement, Pairing, Summary};
 use crate::rows::{Row, ROWS};
 use crate::sim;
 use plotters::prelude::*;
@@ -137,11 +137,12 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
 
 /// Where the time went on the real link, per row and pairing (medians over the runs that
 /// recorded it): each vCPU's busy and softirq shares, how much of the Linux sender's time the
-/// receiver's window held it back, the runner's busy share and the frames its queue lost.
+/// receiver's window held it back, the runner's busy share and the frames its queue lost, the
+/// path's drops, and how many segments the receiver took per segment (ACK) it sent.
 pub fn load_table(measurements: &[Measurement]) -> String {
     let mut table = String::from(
-        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) | segments received per ACK sent |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for row in ROWS.iter() {
         for (pairing, control, name) in LINES {
@@ -172,7 +173,7 @@ pub fn load_table(measurements: &[Measurement]) -> String {
             };
             let _ = writeln!(
                 table,
-                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 row.label,
                 per_cpu(&|m| &m.load.cpu_busy),
                 per_cpu(&|m| &m.load.cpu_softirq),
@@ -181,6 +182,14 @@ pub fn load_table(measurements: &[Measurement]) -> String {
                 optional(&|m| m.load.runner_drops.map(|d| d.lost() as f64), 0),
                 optional(&|m| m.load.path_losses.map(|n| n as f64), 0),
                 optional(&|m| m.load.queue_drops.map(|n| n as f64), 0),
+                optional(
+                    &|m| {
+                        let acks = counter(&m.receiver, "Tcp", "OutSegs");
+                        (acks > 0)
+                            .then(|| counter(&m.receiver, "Tcp", "InSegs") as f64 / acks as f64)
+                    },
+                    1
+                ),
             );
         }
     }
@@ -288,7 +297,9 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          runner's loop in turns that did something, the frames its AF_XDP queue lost (rx\n\
          dropped or ring full, tx ring full), and the router's own count of the data packets\n\
          its netem dropped (the row's random loss) and its tbf dropped (the bottleneck queue\n\
-         full): what the senders' retransmissions answer.\n\n{}",
+         full): what the senders' retransmissions answer. The last column is the receiver's\n\
+         segments received per segment sent, in a one-way transfer its data segments per ACK:\n\
+         the sender's ACK clock.\n\n{}",
         link_table(measurements, runs),
         load_table(measurements),
     )

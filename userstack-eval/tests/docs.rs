@@ -23,7 +23,7 @@ const LINK: &str = r#"[
 const REPEATED: &str = r#"[
   {"row": "1 flow, 1 % loss", "pairing": "linuxToLinux", "seconds": 20.0, "flowMbps": [40.0],
    "sender": {"Tcp": {"OutSegs": 100000, "RetransSegs": 1000}, "TcpExt": {"TCPSackRecovery": 300}},
-   "receiver": {},
+   "receiver": {"Tcp": {"InSegs": 99000, "OutSegs": 45000}},
    "load": {"cpuBusy": [0.5, 1.0], "cpuSoftirq": [0.25, 0.0], "rwndLimited": 0.125,
             "pathLosses": 40, "queueDrops": 7}},
   {"row": "1 flow, 1 % loss", "pairing": "linuxToLinux", "spinCore": 1, "seconds": 20.0,
@@ -99,7 +99,8 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     assert!(receiving.contains("| 38.00 (38.00) |"), "{receiving}");
     assert!(receiving.contains("| worse |"), "{receiving}");
     // Where the time went, from the runs that recorded it: per vCPU busy and softirq, the
-    // Linux sender held by the window, the runner's busy share and its queue's losses.
+    // Linux sender held by the window, the runner's busy share and its queue's losses, the
+    // receiver's segments per ACK (— where its counters were not recorded).
     let load = |pairing: &str| {
         let lines: Vec<&str> = link_part
             .lines()
@@ -110,11 +111,11 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     };
     assert_eq!(
         load("| Linux → Linux |"),
-        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — | 40 | 7 |"
+        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — | 40 | 7 | 2.2 |"
     );
     assert_eq!(
         load("| Linux → userstack |"),
-        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 | — | — |"
+        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 | — | — | — |"
     );
     for plot in &plots {
         assert!(
