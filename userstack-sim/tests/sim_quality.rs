@@ -52,14 +52,16 @@ fn eight_flows_share_the_bottleneck_fairly_on_every_seed() {
         reports.len()
     );
     assert!(u50 >= 0.90, "median aggregate utilization {u50:.4}");
-    // The real link's window (docs/evaluation.md: 30 s, the first 10 left out): with CUBIC's
-    // Reno-friendly α at Linux's 0.53 the flows converge more slowly than with RFC 9438's
-    // raised α (seeds 1-20 over a 10 s run: Jain p10 0.967 before, 0.922 after). Seeds 1-20
-    // now: utilization 1.000 / 1.000 / 1.000 (median, p10, worst), Jain 0.981 / 0.958 / 0.955.
+    // The real link's window (docs/evaluation.md: 30 s, the first 10 left out). Two changes
+    // toward Linux slowed the flows' convergence: CUBIC's Reno-friendly α kept at 0.53 (seeds
+    // 1-20 over a 10 s run: Jain p10 0.967 before, 0.922 after) and a receiver that ACKs
+    // every second segment as Linux's does instead of nearly every one (p10 0.958 → 0.936 over
+    // this window). Seeds 1-20 now: utilization 1.000 / 1.000 / 1.000 (median, p10, worst),
+    // Jain 0.972 / 0.936 / 0.925; Linux on the real link, 8 flows: 0.972-0.998 in three runs.
     assert!(umin >= 0.97, "worst seed's utilization {umin:.4}");
     assert!(j50 >= 0.95, "median Jain index {j50:.4}");
-    assert!(j10 >= 0.95, "Jain index at the 10th percentile {j10:.4}");
-    assert!(jmin >= 0.93, "worst seed's Jain index {jmin:.4}");
+    assert!(j10 >= 0.92, "Jain index at the 10th percentile {j10:.4}");
+    assert!(jmin >= 0.90, "worst seed's Jain index {jmin:.4}");
 }
 
 #[test]
@@ -208,8 +210,11 @@ fn five_percent_loss_without_sack_never_floods_the_queue() {
         rmax <= 0.17,
         "retransmitted/sent on the worst seed: {rmax:.3}"
     );
+    // Linux → Linux without SACK on the real link: 1.66-1.84 Mbit/s (0.53-0.58 of the
+    // share). Here both ends are userstack; with its receiver ACKing every second segment as
+    // Linux's does (not nearly every one) the median fell from 1.91 to 1.53 (0.48).
     assert!(
-        g50 >= 0.5 * share,
+        g50 >= 0.45 * share,
         "median {g50:.2} Mbit/s, share {share:.2}"
     );
 }
@@ -278,10 +283,12 @@ fn five_percent_loss_with_sack_stays_within_the_loss_limited_share_on_every_seed
     );
     // Mathis' share is for Reno; CUBIC's Reno-friendly region matches it in theory
     // (α = 0.53, β = 0.7 give the same 1.22), and Linux on the real link reaches 0.74-0.75 of
-    // it (docs/evaluation.md, 1 flow at 5 % loss: 2.35-2.38 Mbit/s). Seeds 1-20: 2.60 median,
-    // 2.33 lowest (0.74).
+    // it (docs/evaluation.md, 1 flow at 5 % loss: 2.35-2.38 Mbit/s). Seeds 1-20 of 10 s (about
+    // 100 losses each): 2.37 median — Linux's figure — and 1.90 lowest (0.60), with the
+    // receiver ACKing as Linux's does; the queue-drop and retransmission bounds above are
+    // what a collapse would break.
     assert!(
-        lowest >= 0.7 * share,
+        lowest >= 0.55 * share,
         "lowest seed {lowest:.2} Mbit/s, share {share:.2}"
     );
     assert!(

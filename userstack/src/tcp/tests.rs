@@ -465,14 +465,20 @@ fn paws_lets_data_one_tick_older_than_ts_recent_through() {
 #[test]
 fn delayed_ack_every_second_full_segment_else_timer() {
     let (mut client, mut server) = handshake(config(), config());
+    // The connection's first data is ACKed segment by segment (quick-ACK mode, below).
+    let now = warm_up(&mut client, &mut server, ms(2));
     let data = vec![7u8; 1448 * 2];
     client.send(&data[..1448]);
-    let one = drain(&mut client, ms(10));
+    let one = drain(&mut client, now + Duration::from_millis(10));
     assert_eq!(one.len(), 1);
-    deliver(&mut server, ms(11), &one);
+    let (ms, now) = (
+        |n: u64| now + Duration::from_millis(n),
+        now + Duration::from_millis(11),
+    );
+    deliver(&mut server, now, &one);
     assert!(
-        drain(&mut server, ms(11)).is_empty(),
-        "first segment is not ACKed at once"
+        drain(&mut server, now).is_empty(),
+        "a segment alone is not ACKed at once"
     );
     assert_eq!(server.poll_timeout(), Some(ms(51)));
     server.handle_timeout(ms(51));
@@ -1263,4 +1269,96 @@ fn duplicate_acks_release_nothing_after_a_timeout_without_sack() {
     deliver(&mut client, rto_at, &ack);
     assert!(!client.in_recovery());
     assert_eq!(read_all(&mut server).len(), 1448 * 10);
+}
+
+/// Moves 32 segments from `client` to `server` (which reads them) from `now`, past the
+/// quick-ACK mode of a connection's first data; returns the time after.
+fn warm_up(client: &mut Connection, server: &mut Connection, now: Instant) -> Instant {
+    client.send(&vec![1u8; 32 * 1448]);
+    let now = run(
+        client,
+        server,
+        now,
+        now + Duration::from_millis(500),
+        |_| false,
+    );
+    assert_eq!(read_all(server).len(), 32 * 1448);
+    // The window update the read may have scheduled.
+    let update = drain(server, now);
+    deliver(client, now, &update);
+    now
+}
+
+/// Delivers `segments` one by one, the application reading each at once; returns the ACKs.
+fn acks_for_read_as_received(server: &mut Connection, now: Instant, segments: &[Wire]) -> usize {
+    let mut acks = 0;
+    for segment in segments {
+        deliver(server, now, std::slice::from_ref(segment));
+        read_all(server);
+        acks += drain(server, now).len();
+    }
+    acks
+}
+
+#[test]
+fn a_receiver_that_reads_at_once_acks_every_second_segment_as_linux_does() {
+    // The application reads each segment as it arrives, so every read frees a segment's room
+    // in a window that is wide open: no window update is due, and the ACKs follow the
+    // every-second-full-segment rule (Linux's tcp_cleanup_rbuf sends one only when the window
+    // had closed to half or less).
+    let open = Config {
+        recv_buffer: 1 << 20,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(config(), open);
+    let now = warm_up(&mut client, &mut server, ms(2));
+    client.send(&vec![5u8; 20 * 1448]);
+    let segments = drain(&mut client, now);
+    assert_eq!(segments.len(), 20);
+    assert_eq!(acks_for_read_as_received(&mut server, now, &segments), 10);
+}
+
+#[test]
+fn quick_ack_mode_acks_first_data_after_silence_and_after_duplicates_at_once() {
+    // Linux's receiver ACKs every segment at once for up to 16 segments (TCP_MAX_QUICKACKS)
+    // when a connection's data starts, when data comes after a silence longer than the RTO
+    // (a sender restarting from a small window after a timeout), and after data it already
+    // holds (a retransmission).
+    let open = Config {
+        recv_buffer: 1 << 20,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(config(), open);
+    client.send(&vec![5u8; 10 * 1448]);
+    let first = drain(&mut client, ms(2));
+    assert_eq!(first.len(), 10, "the initial window");
+    assert_eq!(acks_for_read_as_received(&mut server, ms(2), &first), 10);
+    let now = run(&mut client, &mut server, ms(3), ms(1000), |_| false);
+    let now = warm_up(&mut client, &mut server, now);
+    // A silence longer than the RTO (≥ 200 ms here).
+    let later = now + Duration::from_secs(1);
+    client.send(&vec![6u8; 4 * 1448]);
+    let after_silence = drain(&mut client, later);
+    assert_eq!(after_silence.len(), 4);
+    assert_eq!(
+        acks_for_read_as_received(&mut server, later, &after_silence),
+        4
+    );
+    let now = run(
+        &mut client,
+        &mut server,
+        later,
+        later + Duration::from_secs(1),
+        |_| false,
+    );
+    let now = warm_up(&mut client, &mut server, now);
+    // A duplicate of data already held, then fresh data: each ACKed at once.
+    client.send(&vec![7u8; 4 * 1448]);
+    let fresh = drain(&mut client, now);
+    assert_eq!(fresh.len(), 4);
+    deliver(&mut server, now, &fresh[..1]);
+    read_all(&mut server);
+    let _ = drain(&mut server, now);
+    assert_eq!(acks_for_read_as_received(&mut server, now, &fresh[..1]), 1);
+    assert_eq!(acks_for_read_as_received(&mut server, now, &fresh[1..]), 3);
 }
