@@ -39,7 +39,8 @@ pub struct Config {
     pub nagle: bool,
     /// Delayed-ACK timeout (Linux `TCP_DELACK_MIN` = 40 ms).
     pub delayed_ack: Duration,
-    /// ACK at least every this many full-sized segments (RFC 5681 4.2: 2).
+    /// ACK at least every this many full-sized segments (RFC 5681 4.2: 2), counted in bytes
+    /// against the peer's segment size as Linux counts (smaller segments: more of them).
     pub ack_every_segments: u32,
     /// Initial retransmission timeout (RFC 6298 2.1, Linux `TCP_TIMEOUT_INIT` = 1 s).
     pub initial_rto: Duration,

@@ -186,7 +186,6 @@ pub struct Connection {
     /// Duplicate ACKs owed, one per out-of-order or duplicate segment, so that a batch of
     /// arrivals still yields one ACK each (the sender counts them, RFC 5681 section 4.2).
     dupacks_owed: u32,
-    segments_unacked: u32,
     /// Data segments still to be ACKed at once (Linux's quick-ACK mode, `icsk_ack.quick`).
     quick_acks: u32,
     /// When data last arrived (Linux's `icsk_ack.lrcvtime`).
@@ -294,7 +293,6 @@ impl Connection {
             zero_window_advertised: false,
             ack_now: false,
             dupacks_owed: 0,
-            segments_unacked: 0,
             quick_acks: 0,
             last_data_at: None,
             delack_deadline: None,
@@ -406,7 +404,10 @@ impl Connection {
         self.send_mss = (peer_mss.min(u32::from(self.config.mss)))
             .saturating_sub(overhead)
             .max(64);
-        self.rcv_mss = u32::from(self.config.mss).saturating_sub(overhead);
+        // Linux's tcp_initialize_rcv_mss: no more than 536 until larger segments arrive.
+        self.rcv_mss = u32::from(self.config.mss)
+            .saturating_sub(overhead)
+            .min(DEFAULT_MSS);
         // The window in a SYN is never scaled (RFC 7323 section 2.2).
         self.snd_wnd = u32::from(syn.window_len);
         self.max_snd_wnd = self.snd_wnd;
@@ -1404,17 +1405,18 @@ impl Connection {
         self.quick_acks = self.quick_acks.max(segments.min(half_window));
     }
 
-    /// In-order data: ACK every `ack_every_segments` full-sized segments, else arm the
-    /// delayed-ACK timer (RFC 1122 4.2.3.2, RFC 5681 4.2); ACK at once when data was cut off
-    /// or in quick-ACK mode.
+    /// In-order data: ACK once more than `ack_every_segments` − 1 full-sized segments' worth
+    /// of bytes is unacknowledged — every second full-sized segment (RFC 5681 4.2), or, as
+    /// Linux's `__tcp_ack_snd_check` counts bytes against its estimate of the peer's segment
+    /// size, every ninth 64-byte one — else arm the delayed-ACK timer (RFC 1122 4.2.3.2); ACK
+    /// at once when data was cut off or in quick-ACK mode.
     fn schedule_ack(&mut self, now: Instant, len: usize, written: usize) {
-        if len as u32 >= self.rcv_mss {
-            self.segments_unacked += 1;
-        }
+        let unacked = self.rcv_nxt.distance_from(self.last_ack_sent);
+        let due = unacked > self.config.ack_every_segments.saturating_sub(1) * self.rcv_mss;
         if self.quick_acks > 0 {
             self.quick_acks -= 1;
             self.ack_now = true;
-        } else if self.segments_unacked >= self.config.ack_every_segments || written < len {
+        } else if due || written < len {
             self.ack_now = true;
         } else if self.delack_deadline.is_none() {
             self.delack_deadline = Some(now + self.config.delayed_ack);
@@ -2049,7 +2051,6 @@ impl Connection {
         }
         self.last_ack_sent = self.rcv_nxt;
         self.ack_now = false;
-        self.segments_unacked = 0;
         if flags & TcpFlags::SYN == 0 && self.dupacks_owed > 0 && len > 0 {
             // A data segment carries the ACK too.
             self.dupacks_owed -= 1;

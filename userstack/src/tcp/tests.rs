@@ -1362,3 +1362,30 @@ fn quick_ack_mode_acks_first_data_after_silence_and_after_duplicates_at_once() {
     assert_eq!(acks_for_read_as_received(&mut server, now, &fresh[..1]), 1);
     assert_eq!(acks_for_read_as_received(&mut server, now, &fresh[1..]), 3);
 }
+
+#[test]
+fn small_segments_are_acked_by_bytes_as_linux_counts_them() {
+    // Linux ACKs once more than its estimate of the peer's segment size is unacknowledged,
+    // an estimate that starts at 536 bytes: after the quick-ACK segments, every ninth
+    // 64-byte segment (9 × 64 > 536). Counting only full-sized segments, they waited for the
+    // 40 ms delayed-ACK timer.
+    let no_nagle = Config {
+        nagle: false,
+        ..config()
+    };
+    let (mut client, mut server) = handshake(no_nagle, config());
+    let mut acks = Vec::new();
+    for i in 0..16 + 27 {
+        client.send(&[3u8; 64]);
+        let segment = drain(&mut client, ms(2 + i));
+        assert_eq!(segment.len(), 1);
+        deliver(&mut server, ms(2 + i), &segment);
+        read_all(&mut server);
+        let ack = drain(&mut server, ms(2 + i));
+        deliver(&mut client, ms(2 + i), &ack);
+        acks.push(ack.len());
+    }
+    assert_eq!(acks[..16], [1; 16], "quick-ACK mode");
+    assert_eq!(acks[16..].iter().sum::<usize>(), 3, "{acks:?}");
+    assert_eq!(acks[16 + 8], 1, "the ninth segment after them: {acks:?}");
+}
