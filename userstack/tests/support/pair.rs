@@ -56,8 +56,8 @@ impl Pair {
         }
     }
 
-    /// One round on the link: both sides transmit, both receive, buffers flow back. Returns
-    /// the frames moved.
+    /// One round on the link: both sides transmit, then both receive, so frames in either
+    /// direction arrive within the round; buffers flow back. Returns the frames moved.
     pub fn step(&mut self) -> usize {
         self.now += Duration::from_micros(5);
         self.a.poll_timers(self.now);
@@ -82,6 +82,27 @@ impl Pair {
         to_b + to_a
     }
 
+    /// One round in the pattern of an event loop and of smoltcp's `Interface::poll`: a runs
+    /// its timers, receives everything pending from b and transmits everything it may; then b
+    /// does the same, receiving what a sent in this round. Frames b sends reach a in the next
+    /// round. Buffers go back to their sender's pool as each frame is received. Returns the
+    /// frames transmitted.
+    #[allow(dead_code)] // tests/no_alloc.rs drives `step` only; benches/stack.rs uses this.
+    pub fn poll_round(&mut self) -> usize {
+        self.now += Duration::from_micros(5);
+        let from_b = self.ba.len();
+        self.a.poll_timers(self.now);
+        self.a.ingress(self.now, &mut self.ba);
+        complete(&mut self.a, &mut self.b, from_b);
+        self.a.egress(self.now, &mut self.ab);
+        let from_a = self.ab.len();
+        self.b.poll_timers(self.now);
+        self.b.ingress(self.now, &mut self.ab);
+        complete(&mut self.b, &mut self.a, from_a);
+        self.b.egress(self.now, &mut self.ba);
+        from_a + self.ba.len()
+    }
+
     /// Connects a to b's listener on `port`; the client's and the server's handles.
     pub fn connect(&mut self, port: u16) -> (SocketHandle, SocketHandle) {
         let client = self.a.connect(SocketAddrV4::new(IP_B, port)).expect("port");
@@ -91,6 +112,18 @@ impl Pair {
                 self.step();
                 return (client, server);
             }
+        }
+    }
+}
+
+/// Transmit completion: a stack keeps the buffers of the frames it received, so `frames` of
+/// them go back to the pool of the stack that sent them, as its NIC would return them.
+#[allow(dead_code)] // used by `poll_round` only.
+fn complete(receiver: &mut Stack, sender: &mut Stack, frames: usize) {
+    for _ in 0..frames {
+        match receiver.buffer_pool().take_spare() {
+            Some(buf) => sender.buffer_pool().put(buf),
+            None => break,
         }
     }
 }
