@@ -685,7 +685,10 @@ impl Stack {
         slot.dirty = false;
         let state = slot.conn.state();
         // Timer: only (re)insert when the deadline moved earlier; a later deadline is caught
-        // when the old entry fires early and finds nothing due.
+        // when the old entry fires early and finds nothing due. A cancelled timer keeps its
+        // entry the same way: cancelling and re-arming on every transaction (a request
+        // answered before its RTO) would otherwise leave a stale entry per transaction in the
+        // wheel, whose slots then grow and allocate.
         if let Some(deadline) = slot.conn.poll_timeout() {
             if slot.scheduled.is_none_or(|s| deadline < s) {
                 slot.timer_generation = slot.timer_generation.wrapping_add(1);
@@ -693,9 +696,6 @@ impl Stack {
                 self.wheel
                     .insert(deadline.max(now), index, slot.timer_generation);
             }
-        } else if slot.scheduled.is_some() {
-            slot.scheduled = None;
-            slot.timer_generation = slot.timer_generation.wrapping_add(1);
         }
         // A passive connection leaves the SYN queue when its handshake ends either way.
         if let (Owner::SynQueue(port), false) = (slot.owner, state == State::SynReceived) {

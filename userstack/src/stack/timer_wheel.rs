@@ -1,5 +1,7 @@
 //! A hierarchical timer wheel (Varghese and Lauck): O(1) insert, O(1) cancel by generation,
-//! expiry cost proportional to the ticks crossed.
+//! expiry cost proportional to the ticks crossed. Each key has at most one entry: inserting
+//! again moves it (as Linux's `mod_timer` moves a timer), so the wheel never holds more entries
+//! than keys and its slots stop growing once they have held every key.
 
 use crate::time::Instant;
 
@@ -21,13 +23,18 @@ struct Entry {
     generation: u32,
 }
 
-/// Timers keyed by `(key, generation)`. Cancelling is bumping the owner's generation: stale
-/// entries are skipped when they expire, so a cancel never searches the wheel.
+/// Where a key's entry is: `levels[level][slot][index]`, as (level × SLOTS + slot, index).
+type Position = (u16, u32);
+
+/// Timers keyed by `(key, generation)`, one entry per key. Cancelling is bumping the owner's
+/// generation: a stale entry is skipped when it expires, so a cancel never searches the wheel.
 #[derive(Debug)]
 pub struct TimerWheel {
     tick_nanos: u64,
     now_tick: u64,
     levels: Vec<Vec<Vec<Entry>>>,
+    /// Each key's entry, if it has one (indexed by key: keys are small, dense indices).
+    positions: Vec<Option<Position>>,
     /// Bit `s` of `occupied[level]` is set when that slot holds entries.
     occupied: [u64; LEVELS],
     len: usize,
@@ -47,6 +54,7 @@ impl TimerWheel {
                         .collect()
                 })
                 .collect(),
+            positions: Vec::new(),
             occupied: [0; LEVELS],
             len: 0,
         }
@@ -58,11 +66,12 @@ impl TimerWheel {
         for slot in self.levels.iter_mut().flatten() {
             *slot = Vec::with_capacity(SLOT_CAPACITY);
         }
+        self.positions = Vec::new();
         self.occupied = [0; LEVELS];
         self.len = 0;
     }
 
-    /// Entries held, stale ones included.
+    /// Entries held (at most one per key), stale ones included.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -80,12 +89,38 @@ impl TimerWheel {
         let level = ((63 - differing.leading_zeros()) / SLOT_BITS) as usize;
         let level = level.min(LEVELS - 1);
         let slot = ((tick >> (SLOT_BITS as usize * level)) as usize) & (SLOTS - 1);
-        self.levels[level][slot].push(Entry { tick, ..entry });
+        let entries = &mut self.levels[level][slot];
+        self.positions[entry.key as usize] =
+            Some(((level * SLOTS + slot) as u16, entries.len() as u32));
+        entries.push(Entry { tick, ..entry });
         self.occupied[level] |= 1 << slot;
     }
 
-    /// Schedules `(key, generation)` to expire at `deadline` (rounded up to the next tick).
+    /// Takes `key`'s entry out of its slot, if it has one.
+    fn remove(&mut self, key: u32) {
+        let Some(Some((bucket, index))) = self.positions.get(key as usize).copied() else {
+            return;
+        };
+        self.positions[key as usize] = None;
+        let (level, slot) = (usize::from(bucket) / SLOTS, usize::from(bucket) % SLOTS);
+        let entries = &mut self.levels[level][slot];
+        entries.swap_remove(index as usize);
+        if let Some(moved) = entries.get(index as usize) {
+            self.positions[moved.key as usize] = Some((bucket, index));
+        }
+        if entries.is_empty() {
+            self.occupied[level] &= !(1u64 << slot);
+        }
+        self.len -= 1;
+    }
+
+    /// Schedules `(key, generation)` to expire at `deadline` (rounded up to the next tick),
+    /// replacing the key's earlier entry if it has one.
     pub fn insert(&mut self, deadline: Instant, key: u32, generation: u32) {
+        if self.positions.len() <= key as usize {
+            self.positions.resize(key as usize + 1, None);
+        }
+        self.remove(key);
         let tick = deadline.as_nanos().div_ceil(self.tick_nanos);
         self.place(
             Entry {
@@ -132,6 +167,7 @@ impl TimerWheel {
             let mut due = core::mem::take(&mut self.levels[0][slot]);
             self.occupied[0] &= !(1u64 << slot);
             for entry in due.drain(..) {
+                self.positions[entry.key as usize] = None;
                 expired.push((entry.key, entry.generation));
                 self.len -= 1;
             }
@@ -198,6 +234,25 @@ mod tests {
             }
         }
         assert_eq!(fired_at, deadlines.to_vec());
+    }
+
+    #[test]
+    fn inserting_a_key_again_moves_its_entry() {
+        let mut wheel = TimerWheel::new(MS, Instant::ZERO);
+        wheel.insert(Instant::from_millis(300), 1, 0);
+        wheel.insert(Instant::from_millis(70), 2, 0);
+        wheel.insert(Instant::from_millis(5), 1, 1);
+        wheel.insert(Instant::from_millis(71), 3, 0);
+        wheel.insert(Instant::from_millis(80), 2, 1);
+        assert_eq!(wheel.len(), 3, "one entry per key");
+        let mut expired = Vec::new();
+        wheel.advance(Instant::from_millis(1000), &mut expired);
+        assert_eq!(expired, vec![(1, 1), (3, 0), (2, 1)]);
+        assert!(wheel.is_empty());
+        // Keys whose entries expired or moved are free to come back.
+        wheel.insert(Instant::from_millis(1001), 2, 2);
+        wheel.advance(Instant::from_millis(1001), &mut expired);
+        assert_eq!(expired.last(), Some(&(2, 2)));
     }
 
     #[test]

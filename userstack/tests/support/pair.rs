@@ -87,7 +87,6 @@ impl Pair {
     /// does the same, receiving what a sent in this round. Frames b sends reach a in the next
     /// round. Buffers go back to their sender's pool as each frame is received. Returns the
     /// frames transmitted.
-    #[allow(dead_code)] // tests/no_alloc.rs drives `step` only; benches/stack.rs uses this.
     pub fn poll_round(&mut self) -> usize {
         self.now += Duration::from_micros(5);
         let from_b = self.ba.len();
@@ -118,7 +117,6 @@ impl Pair {
 
 /// Transmit completion: a stack keeps the buffers of the frames it received, so `frames` of
 /// them go back to the pool of the stack that sent them, as its NIC would return them.
-#[allow(dead_code)] // used by `poll_round` only.
 fn complete(receiver: &mut Stack, sender: &mut Stack, frames: usize) {
     for _ in 0..frames {
         match receiver.buffer_pool().take_spare() {
