@@ -5,9 +5,11 @@
 
 #![warn(missing_docs)]
 
+pub mod frame_pool;
 pub mod link;
 pub mod metrics;
 pub mod network;
+pub mod queue;
 pub mod rng;
 pub mod scenario;
 pub mod soak;
@@ -62,6 +64,8 @@ fn build(scenario: &Scenario, seed: u64) -> Built {
         let mut config = StackConfig::new(host_mac(index), host_ip(index), 15);
         config.tcp = tcp;
         config.secret = seed.wrapping_mul(0x9e37_79b9).wrapping_add(index as u64);
+        config.rx_checksum_offload = !scenario.checksums;
+        config.tx_checksum_offload = !scenario.checksums;
         Stack::new(config, Instant::ZERO)
     };
     let one_way = Duration::from_secs_f64(topo.rtt_ms / 2000.0);

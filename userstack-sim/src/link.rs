@@ -2,6 +2,7 @@
 //! propagation delay with jitter, loss (random or Gilbert-Elliott bursts), reordering and
 //! duplication.
 
+use crate::frame_pool::FrameId;
 use crate::rng::Rng;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
@@ -115,12 +116,15 @@ pub enum Fate {
 pub struct LinkDirection {
     /// Capacity and impairments.
     pub config: LinkConfig,
-    /// Frames waiting; the front one is being serialized when `busy`.
-    pub queue: VecDeque<Vec<u8>>,
+    /// Frames waiting and their lengths; the front one is being serialized when `busy`.
+    pub queue: VecDeque<(FrameId, usize)>,
     /// Whether the serializer is working on the front frame.
     pub busy: bool,
     bad_state: bool,
     last_arrival: Instant,
+    /// The last frame length serialized and its time: a link carries frames of one or two
+    /// sizes, so this saves a division per frame.
+    last_serialized: (usize, Duration),
 }
 
 impl LinkDirection {
@@ -132,15 +136,25 @@ impl LinkDirection {
             busy: false,
             bad_state: false,
             last_arrival: Instant::ZERO,
+            last_serialized: (usize::MAX, Duration::ZERO),
         }
     }
 
-    /// Offers a frame to the queue; returns it back when the queue is full (drop-tail).
-    pub fn enqueue(&mut self, frame: Vec<u8>) -> Result<(), Vec<u8>> {
+    /// [`LinkConfig::transmission_time`] of a `len`-byte frame on this link.
+    pub fn serialization_time(&mut self, len: usize) -> Duration {
+        if self.last_serialized.0 != len {
+            self.last_serialized = (len, self.config.transmission_time(len));
+        }
+        self.last_serialized.1
+    }
+
+    /// Offers a frame of `len` bytes to the queue; returns it back when the queue is full
+    /// (drop-tail).
+    pub fn enqueue(&mut self, frame: FrameId, len: usize) -> Result<(), FrameId> {
         if self.queue.len() >= self.config.queue_packets.max(1) {
             return Err(frame);
         }
-        self.queue.push_back(frame);
+        self.queue.push_back((frame, len));
         Ok(())
     }
 
@@ -189,14 +203,21 @@ mod tests {
 
     #[test]
     fn drop_tail_and_serialization_time() {
+        let mut frames = crate::frame_pool::FramePool::new();
         let mut link = LinkDirection::new(LinkConfig::clean(100.0, Duration::from_millis(5), 2));
-        assert!(link.enqueue(vec![0; 1514]).is_ok());
-        assert!(link.enqueue(vec![0; 1514]).is_ok());
-        assert!(link.enqueue(vec![0; 1514]).is_err());
+        for expect_ok in [true, true, false] {
+            let frame = frames.insert(vec![0; 1514]);
+            assert_eq!(link.enqueue(frame, 1514).is_ok(), expect_ok);
+        }
         assert_eq!(
             link.config.transmission_time(1514),
             Duration::from_nanos(123_040)
         );
+        assert_eq!(
+            link.serialization_time(66),
+            link.config.transmission_time(66)
+        );
+        assert_eq!(link.serialization_time(66), Duration::from_nanos(7_200));
         let mut rng = Rng::new(1);
         assert_eq!(
             link.fate(Instant::ZERO, &mut rng),

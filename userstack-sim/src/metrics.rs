@@ -134,7 +134,8 @@ pub struct Report {
     pub counters: std::collections::BTreeMap<String, u64>,
     /// Congestion-state samples (when the scenario asks for traces).
     pub traces: Vec<TracePoint>,
-    /// FNV-1a digest of every frame arrival and its time: equal digests, identical runs.
+    /// Digest of every frame arrival (its time, length and first 80 bytes): equal digests,
+    /// identical runs.
     pub trace_digest: String,
 }
 

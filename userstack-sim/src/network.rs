@@ -1,12 +1,14 @@
 //! The discrete-event engine: hosts running stacks, gateways, links and the event queue.
 
+use crate::frame_pool::{FrameId, FramePool};
 use crate::link::{Fate, LinkDirection};
 use crate::metrics::NetworkReport;
+use crate::queue::{EventQueue, Stamp};
 use crate::rng::Rng;
 use crate::traffic::{App, AppContext};
-use core::cmp::Ordering;
+use core::hash::{BuildHasherDefault, Hasher};
 use core::time::Duration;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use userstack::stack::{Event as StackEvent, Stack};
 use userstack::time::Instant;
 use userstack::wire::{ethernet, ethertype, ipv4, EthernetAddress};
@@ -19,6 +21,9 @@ pub struct Host {
     /// Applications on this host.
     pub apps: Vec<App>,
     wake: Option<Instant>,
+    /// Spare frame buffers the stack keeps between turns: the most frames it has sent in one
+    /// turn (capped by the pool), so that after warm-up it never allocates one.
+    lend: usize,
     rx: Vec<Vec<u8>>,
     tx: Vec<Vec<u8>>,
     events: Vec<StackEvent>,
@@ -29,7 +34,25 @@ pub struct Host {
 #[derive(Debug, Default)]
 pub struct Gateway {
     /// Destination MAC to output port.
-    pub table: HashMap<EthernetAddress, usize>,
+    pub table: HashMap<EthernetAddress, usize, BuildHasherDefault<MacHasher>>,
+}
+
+/// The gateways' table hash: the simulation picks its own addresses, so a keyed hash buys
+/// nothing, and a multiply is several times cheaper per forwarded frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MacHasher(u64);
+
+impl Hasher for MacHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
 }
 
 /// A node of the network.
@@ -45,47 +68,31 @@ pub enum Node {
 struct Link {
     direction: LinkDirection,
     to: (usize, usize),
+    /// Frames on the wire of an in-order link (no jitter, no reordering), each with its place
+    /// in the event order; only the first has an event in the queue.
+    arrivals: VecDeque<(Stamp, FrameId)>,
 }
 
-#[derive(Debug)]
+/// What happens at an instant; frames are named, not carried, so an event is two words.
+#[derive(Clone, Copy, Debug)]
 enum EventKind {
+    /// A frame from a link that may reorder arrives.
     Arrive {
-        node: usize,
-        port: usize,
-        frame: Vec<u8>,
+        node: u32,
+        port: u32,
+        frame: FrameId,
+    },
+    /// The first frame on the wire of an in-order link arrives.
+    LinkArrival {
+        link: u32,
     },
     TransmitDone {
-        link: usize,
+        link: u32,
     },
     Wake {
-        node: usize,
+        node: u32,
     },
     Sample,
-}
-
-#[derive(Debug)]
-struct Event {
-    at: Instant,
-    seq: u64,
-    kind: EventKind,
-}
-
-impl PartialEq for Event {
-    fn eq(&self, other: &Event) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Event {}
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Event) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Event {
-    fn cmp(&self, other: &Event) -> Ordering {
-        // Reversed: BinaryHeap is a max-heap and we want the earliest first.
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
 }
 
 /// The whole simulated network.
@@ -93,8 +100,8 @@ impl Ord for Event {
 pub struct Network {
     now: Instant,
     rng: Rng,
-    events: BinaryHeap<Event>,
-    seq: u64,
+    events: EventQueue<EventKind>,
+    frames: FramePool,
     nodes: Vec<Node>,
     links: Vec<Link>,
     ports: Vec<Vec<usize>>,
@@ -127,7 +134,16 @@ pub fn carries_tcp_data(frame: &[u8]) -> bool {
     !tcp.payload().is_empty()
 }
 
-const FNV_PRIME: u64 = 0x0100_0000_01b3;
+/// Bytes of each arriving frame that go into the digest (all the headers of a TCP segment
+/// with options).
+const DIGEST_PREFIX: usize = 80;
+
+/// Folds one 64-bit word into the run's digest (multiply by the golden-ratio constant, then
+/// xor-shift): a word at a time, not a byte.
+fn digest_word(h: u64, word: u64) -> u64 {
+    let h = (h ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^ (h >> 29)
+}
 
 impl Network {
     /// An empty network with its RNG seeded.
@@ -135,8 +151,8 @@ impl Network {
         Network {
             now: Instant::ZERO,
             rng: Rng::new(seed),
-            events: BinaryHeap::new(),
-            seq: 0,
+            events: EventQueue::new(),
+            frames: FramePool::new(),
             nodes: Vec::new(),
             links: Vec::new(),
             ports: Vec::new(),
@@ -159,6 +175,7 @@ impl Network {
             stack,
             apps: Vec::new(),
             wake: None,
+            lend: 0,
             rx: Vec::new(),
             tx: Vec::new(),
             events: Vec::new(),
@@ -186,6 +203,7 @@ impl Network {
         self.links.push(Link {
             direction,
             to: (to, to_port),
+            arrivals: VecDeque::new(),
         });
         self.ports[from].push(self.links.len() - 1);
         self.ports[from].len() - 1
@@ -206,18 +224,13 @@ impl Network {
         self.packets
     }
 
-    /// FNV-1a digest of all arrivals so far.
+    /// Digest of every arrival so far: its time, length and first 80 bytes.
     pub fn digest(&self) -> u64 {
         self.digest
     }
 
     fn schedule(&mut self, at: Instant, kind: EventKind) {
-        self.seq += 1;
-        self.events.push(Event {
-            at,
-            seq: self.seq,
-            kind,
-        });
+        self.events.push(at, kind);
     }
 
     /// Starts the periodic metrics sample every `interval`.
@@ -231,35 +244,55 @@ impl Network {
         for node in 0..self.nodes.len() {
             if let Node::Host(host) = &mut self.nodes[node] {
                 host.wake = Some(self.now);
-                self.schedule(self.now, EventKind::Wake { node });
+                self.schedule(self.now, EventKind::Wake { node: node as u32 });
             }
         }
     }
 
     /// Runs events until `end`; `on_sample` is called at each sample tick.
     pub fn run_until(&mut self, end: Instant, mut on_sample: impl FnMut(&mut Network)) {
-        while let Some(event) = self.events.peek() {
-            if event.at > end {
+        while let Some((at, kind)) = self.events.peek() {
+            if at > end {
                 break;
             }
-            let event = self.events.pop().expect("peeked");
-            self.now = event.at;
-            match event.kind {
+            self.now = at;
+            match kind {
                 EventKind::Arrive { node, port, frame } => {
+                    self.events.pop();
                     self.packets += 1;
-                    self.digest_frame(&frame);
+                    self.digest_frame(frame);
+                    self.arrive(node as usize, port as usize, frame);
+                }
+                EventKind::LinkArrival { link } => {
+                    let l = &mut self.links[link as usize];
+                    let Some((_, frame)) = l.arrivals.pop_front() else {
+                        self.events.pop();
+                        continue;
+                    };
+                    // The wire's next frame takes this event's place in the queue.
+                    match l.arrivals.front() {
+                        Some(&(next, _)) => self.events.replace_next(next, kind),
+                        None => {
+                            self.events.pop();
+                        }
+                    }
+                    let (node, port) = l.to;
+                    self.packets += 1;
+                    self.digest_frame(frame);
                     self.arrive(node, port, frame);
                 }
-                EventKind::TransmitDone { link } => self.transmit_done(link),
+                EventKind::TransmitDone { link } => self.transmit_done(link as usize),
                 EventKind::Wake { node } => {
-                    if let Node::Host(host) = &mut self.nodes[node] {
+                    self.events.pop();
+                    if let Node::Host(host) = &mut self.nodes[node as usize] {
                         if host.wake == Some(self.now) {
                             host.wake = None;
-                            self.run_host(node);
+                            self.run_host(node as usize);
                         }
                     }
                 }
                 EventKind::Sample => {
+                    self.events.pop();
                     on_sample(self);
                     if let Some(interval) = self.sample_interval {
                         self.schedule(self.now + interval, EventKind::Sample);
@@ -270,128 +303,158 @@ impl Network {
         self.now = end;
     }
 
-    fn digest_frame(&mut self, frame: &[u8]) {
-        let mut h = self.digest;
-        for b in self
-            .now
-            .as_nanos()
-            .to_le_bytes()
-            .iter()
-            .chain(frame.iter().take(80))
-        {
-            h = (h ^ u64::from(*b)).wrapping_mul(FNV_PRIME);
+    fn digest_frame(&mut self, frame: FrameId) {
+        let bytes = self.frames.get(frame);
+        let prefix = &bytes[..bytes.len().min(DIGEST_PREFIX)];
+        // Two independent lanes (even and odd words), joined at the end, so that the
+        // multiplications of one frame overlap instead of waiting on each other.
+        let mut even = digest_word(self.digest, self.now.as_nanos());
+        let mut odd = digest_word(!self.digest, prefix.len() as u64);
+        let mut pairs = prefix.chunks_exact(16);
+        let mut word = [0u8; 8];
+        for pair in &mut pairs {
+            word.copy_from_slice(&pair[..8]);
+            even = digest_word(even, u64::from_le_bytes(word));
+            word.copy_from_slice(&pair[8..]);
+            odd = digest_word(odd, u64::from_le_bytes(word));
         }
-        self.digest = h;
+        let mut rest = [0u8; 16];
+        let tail = pairs.remainder();
+        if !tail.is_empty() {
+            rest[..tail.len()].copy_from_slice(tail);
+            word.copy_from_slice(&rest[..8]);
+            even = digest_word(even, u64::from_le_bytes(word));
+            word.copy_from_slice(&rest[8..]);
+            odd = digest_word(odd, u64::from_le_bytes(word));
+        }
+        self.digest = digest_word(even, odd);
     }
 
-    fn arrive(&mut self, node: usize, port: usize, mut frame: Vec<u8>) {
-        match &mut self.nodes[node] {
-            Node::Host(host) => {
-                host.rx.push(frame);
-                self.run_host(node);
-            }
-            Node::Gateway(gateway) => {
-                if frame.len() < ethernet::HEADER_LEN {
+    fn arrive(&mut self, node: usize, port: usize, frame: FrameId) {
+        if let Node::Host(host) = &mut self.nodes[node] {
+            host.rx.push(self.frames.remove(frame));
+            self.run_host(node);
+            return;
+        }
+        let bytes = self.frames.get_mut(frame);
+        if bytes.len() < ethernet::HEADER_LEN {
+            self.frames.release(frame);
+            return;
+        }
+        let mut dst = [0u8; 6];
+        dst.copy_from_slice(&bytes[..6]);
+        let dst = EthernetAddress(dst);
+        if u16::from_be_bytes([bytes[12], bytes[13]]) == ethertype::IPV4 {
+            if let Ok(mut ip) = ipv4::Packet::new_checked(&mut bytes[ethernet::HEADER_LEN..]) {
+                if ip.decrement_ttl() == 0 {
+                    self.frames.release(frame);
                     return;
                 }
-                let mut dst = [0u8; 6];
-                dst.copy_from_slice(&frame[..6]);
-                let dst = EthernetAddress(dst);
-                if u16::from_be_bytes([frame[12], frame[13]]) == ethertype::IPV4 {
-                    if let Ok(mut ip) =
-                        ipv4::Packet::new_checked(&mut frame[ethernet::HEADER_LEN..])
-                    {
-                        if ip.decrement_ttl() == 0 {
-                            return;
-                        }
-                    }
-                }
-                if dst.is_broadcast() {
-                    for out in 0..self.ports[node].len() {
-                        if out != port {
-                            self.send(node, out, frame.clone());
-                        }
-                    }
-                } else if let Some(&out) = gateway.table.get(&dst) {
-                    self.send(node, out, frame);
+            }
+        }
+        if dst.is_broadcast() {
+            for out in 0..self.ports[node].len() {
+                if out != port {
+                    let copy = self.frames.duplicate(frame);
+                    self.send(node, out, copy);
                 }
             }
+            self.frames.release(frame);
+            return;
+        }
+        let out = match &self.nodes[node] {
+            Node::Gateway(gateway) => gateway.table.get(&dst).copied(),
+            Node::Host(_) => None,
+        };
+        match out {
+            Some(out) => self.send(node, out, frame),
+            None => self.frames.release(frame),
         }
     }
 
     /// Hands `frame` to the link on `port` of `node`.
-    fn send(&mut self, node: usize, port: usize, frame: Vec<u8>) {
+    fn send(&mut self, node: usize, port: usize, frame: FrameId) {
         let Some(&link) = self.ports[node].get(port) else {
+            self.frames.release(frame);
             return;
         };
         self.stats.frames_offered += 1;
-        let data = carries_tcp_data(&frame);
+        let len = self.frames.get(frame).len();
         let direction = &mut self.links[link].direction;
-        match direction.enqueue(frame) {
+        match direction.enqueue(frame, len) {
             Ok(()) => {
                 if !direction.busy {
                     direction.busy = true;
-                    let len = direction.queue.front().map_or(0, Vec::len);
-                    let done = self.now + direction.config.transmission_time(len);
-                    self.schedule(done, EventKind::TransmitDone { link });
+                    let len = direction.queue.front().map_or(0, |&(_, len)| len);
+                    let done = self.now + direction.serialization_time(len);
+                    self.schedule(done, EventKind::TransmitDone { link: link as u32 });
                 }
             }
-            Err(_) => {
+            Err(frame) => {
                 self.stats.queue_drops += 1;
-                self.stats.data_segments_lost += u64::from(data);
+                self.stats.data_segments_lost +=
+                    u64::from(carries_tcp_data(self.frames.get(frame)));
+                self.frames.release(frame);
             }
         }
     }
 
+    /// The serializer of `link` finished its front frame: the event being handled (still
+    /// first in the queue) becomes the link's next end of serialization, if any.
     fn transmit_done(&mut self, link: usize) {
         let now = self.now;
-        let (to, fate, frame, next) = {
-            let l = &mut self.links[link];
-            let frame = l
-                .direction
-                .queue
-                .pop_front()
-                .expect("busy link has a frame");
-            let fate = l.direction.fate(now, &mut self.rng);
-            let next = l
-                .direction
-                .queue
-                .front()
-                .map(|f| l.direction.config.transmission_time(f.len()));
-            if next.is_none() {
-                l.direction.busy = false;
-            }
-            (l.to, fate, frame, next)
+        let l = &mut self.links[link];
+        let Some((frame, _)) = l.direction.queue.pop_front() else {
+            l.direction.busy = false;
+            self.events.pop();
+            return;
         };
-        if let Some(duration) = next {
-            self.schedule(now + duration, EventKind::TransmitDone { link });
+        let fate = l.direction.fate(now, &mut self.rng);
+        match l.direction.queue.front() {
+            Some(&(_, len)) => {
+                let done = self.events.stamp(now + l.direction.serialization_time(len));
+                self.events
+                    .replace_next(done, EventKind::TransmitDone { link: link as u32 });
+            }
+            None => {
+                l.direction.busy = false;
+                self.events.pop();
+            }
         }
         match fate {
             Fate::Lost => {
                 self.stats.wire_losses += 1;
-                self.stats.data_segments_lost += u64::from(carries_tcp_data(&frame));
+                self.stats.data_segments_lost +=
+                    u64::from(carries_tcp_data(self.frames.get(frame)));
+                self.frames.release(frame);
             }
             Fate::Arrives(at, duplicate) => {
                 if let Some(again) = duplicate {
                     self.stats.duplicates += 1;
-                    self.schedule(
-                        again,
-                        EventKind::Arrive {
-                            node: to.0,
-                            port: to.1,
-                            frame: frame.clone(),
-                        },
-                    );
+                    let copy = self.frames.duplicate(frame);
+                    self.deliver(link, again, copy);
                 }
-                self.schedule(
-                    at,
-                    EventKind::Arrive {
-                        node: to.0,
-                        port: to.1,
-                        frame,
-                    },
-                );
+                self.deliver(link, at, frame);
             }
+        }
+    }
+
+    /// Puts `frame` on the wire of `link`, to arrive at `at`.
+    fn deliver(&mut self, link: usize, at: Instant, frame: FrameId) {
+        let l = &mut self.links[link];
+        let config = &l.direction.config;
+        if config.jitter.is_zero() && config.reorder <= 0.0 {
+            // In order: arrival times never decrease, so the wire is a FIFO.
+            let key = self.events.stamp(at);
+            debug_assert!(l.arrivals.back().is_none_or(|&(last, _)| last < key));
+            if l.arrivals.is_empty() {
+                self.events
+                    .push_stamped(key, EventKind::LinkArrival { link: link as u32 });
+            }
+            l.arrivals.push_back((key, frame));
+        } else {
+            let (node, port) = (l.to.0 as u32, l.to.1 as u32);
+            self.schedule(at, EventKind::Arrive { node, port, frame });
         }
     }
 
@@ -401,6 +464,7 @@ impl Network {
             return;
         };
         let host = host.as_mut();
+        self.frames.lend(host.stack.buffer_pool(), host.lend);
         host.stack.ingress(now, &mut host.rx);
         host.stack.poll_timers(now);
         // Egress settles the connections that input and timers touched, which is what queues
@@ -417,6 +481,8 @@ impl Network {
             }
         }
         host.stack.egress(now, &mut tx);
+        self.frames.reclaim(host.stack.buffer_pool(), host.lend);
+        host.lend = host.lend.max(tx.len());
         let next = [host.stack.poll_timeout(), next_app]
             .into_iter()
             .flatten()
@@ -430,13 +496,14 @@ impl Network {
             }
         }
         for frame in tx.drain(..) {
+            let frame = self.frames.insert(frame);
             self.send(node, 0, frame);
         }
         if let Node::Host(host) = &mut self.nodes[node] {
             host.tx = tx;
         }
         if let Some(at) = wake {
-            self.schedule(at, EventKind::Wake { node });
+            self.schedule(at, EventKind::Wake { node: node as u32 });
         }
     }
 

@@ -23,6 +23,11 @@ pub struct Scenario {
     /// Record cwnd/ssthresh/rwnd/srtt per window in the report.
     #[serde(default)]
     pub traces: bool,
+    /// Have the stacks compute and verify TCP checksums. Off by default: the simulated NICs
+    /// offload them (the simulated wire corrupts nothing, so a checksum never changes an
+    /// outcome; only the checksum bytes in the frames, hence `trace_digest`, differ).
+    #[serde(default)]
+    pub checksums: bool,
     /// Network layout.
     pub topology: Topology,
     /// Options applied to every connection, on top of Linux defaults.

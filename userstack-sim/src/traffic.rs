@@ -18,7 +18,12 @@ pub struct AppContext {
     pub short_started: u64,
     /// Completion times of short connections, in milliseconds.
     pub short_fct_ms: Vec<f64>,
+    /// Where receivers read into (allocated on first use, then reused).
+    scratch: Vec<u8>,
 }
+
+/// Bytes a receiver reads per `recv` call.
+const READ_CHUNK: usize = 16384;
 
 /// One long-lived flow's progress.
 #[derive(Debug, Default, Clone, Copy)]
@@ -138,10 +143,12 @@ fn write_up_to(stack: &mut Stack, handle: SocketHandle, mut remaining: u64) -> u
     total
 }
 
-fn drain(stack: &mut Stack, handle: SocketHandle) -> u64 {
-    let mut buf = [0u8; 16384];
+fn drain(stack: &mut Stack, handle: SocketHandle, buf: &mut Vec<u8>) -> u64 {
+    if buf.len() < READ_CHUNK {
+        buf.resize(READ_CHUNK, 0);
+    }
     let mut total = 0;
-    while let Ok(n) = stack.recv(handle, &mut buf) {
+    while let Ok(n) = stack.recv(handle, buf) {
         if n == 0 {
             break;
         }
@@ -151,8 +158,8 @@ fn drain(stack: &mut Stack, handle: SocketHandle) -> u64 {
 }
 
 /// Reads what a short connection has and closes it at end of stream or on error.
-fn serve_short(stack: &mut Stack, handle: SocketHandle) {
-    drain(stack, handle);
+fn serve_short(stack: &mut Stack, handle: SocketHandle, buf: &mut Vec<u8>) {
+    drain(stack, handle, buf);
     if stack
         .connection(handle)
         .is_some_and(|c| c.is_recv_finished() || c.error().is_some())
@@ -235,7 +242,7 @@ impl App {
                     handles.push(h);
                 }
                 for &h in handles.iter() {
-                    ctx.flows[*flow].delivered += drain(stack, h);
+                    ctx.flows[*flow].delivered += drain(stack, h, &mut ctx.scratch);
                 }
                 None
             }
@@ -301,7 +308,7 @@ impl App {
             App::ShortReceiver { port } => {
                 // A connection accepted now may have had its data and FIN already.
                 while let Some(h) = stack.accept(*port) {
-                    serve_short(stack, h);
+                    serve_short(stack, h, &mut ctx.scratch);
                 }
                 for event in events {
                     if let Event::Ready(h, _) = *event {
@@ -309,7 +316,7 @@ impl App {
                             .connection(h)
                             .is_some_and(|c| c.local().port() == *port)
                         {
-                            serve_short(stack, h);
+                            serve_short(stack, h, &mut ctx.scratch);
                         }
                     }
                 }
