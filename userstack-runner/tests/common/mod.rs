@@ -1,8 +1,10 @@
-//! The harness the interop tests and the veth benchmark share: fresh namespaces per test
-//! (the binary re-runs itself under `unshare --net --mount --propagation private`, with a
-//! tmpfs over /run/netns for the client namespace), veth pairs, threads that enter the client
-//! namespace, and the runner process behind a Drop guard. Each user compiles the items it
-//! needs, hence `dead_code` allowed.
+//! The harness the interop tests and the veth and shards benchmarks share: fresh namespaces
+//! per test (the binary re-runs itself under `unshare --net --mount --propagation private`,
+//! with a tmpfs over /run/netns for the client namespace), veth pairs, threads that enter the
+//! client namespace, the runner process behind a Drop guard (and paused with SIGSTOP while a
+//! benchmark measures something else), and the benchmarks' measuring tools: CPU time from
+//! /proc, pinning, a thin epoll, min/median/max. Each user compiles the items it needs, hence
+//! `dead_code` allowed.
 
 #![allow(dead_code)]
 
@@ -75,13 +77,31 @@ pub fn in_client(args: &[&str]) -> String {
 /// A veth pair `node_if`/`client_if`: the node end here with `.1`, the client end in the
 /// client namespace (created on first use) with `.2`, both in 198.19.`subnet`.0/24.
 pub fn veth(node_if: &str, client_if: &str, subnet: u8) {
+    veth_with_queues(node_if, client_if, subnet, 1);
+}
+
+/// [`veth`] with `queues` receive and transmit queues on both ends. A veth hands a frame to
+/// the peer's receive queue numbered like the sender's transmit queue (the skb's queue
+/// mapping; frames mapped past the peer's queues skip its XDP program), so the sender's
+/// queue choice is the steering: the kernel picks it by XPS where set, else by the socket's
+/// random flow hash.
+pub fn veth_with_queues(node_if: &str, client_if: &str, subnet: u8, queues: u32) {
     if !Path::new("/run/netns").join(CLIENT_NS).exists() {
         sh(&["ip", "netns", "add", CLIENT_NS]);
         in_client(&["ip", "link", "set", "lo", "up"]);
     }
-    sh(&[
-        "ip", "link", "add", node_if, "type", "veth", "peer", "name", client_if,
-    ]);
+    let queues = queues.to_string();
+    let counts = [
+        "numtxqueues",
+        queues.as_str(),
+        "numrxqueues",
+        queues.as_str(),
+    ];
+    let mut add = vec!["ip", "link", "add", node_if];
+    add.extend_from_slice(&counts);
+    add.extend_from_slice(&["type", "veth", "peer", "name", client_if]);
+    add.extend_from_slice(&counts);
+    sh(&add);
     sh(&["ip", "link", "set", client_if, "netns", CLIENT_NS]);
     sh(&[
         "ip",
@@ -195,8 +215,30 @@ impl Runner {
             .unwrap_or_else(|| panic!("no {section}.{field} in the stats"))
     }
 
-    /// SIGTERM; waits for exit 0 and returns the last stats.
+    /// SIGSTOP, then waits until every thread has stopped: a paused runner takes no CPU at
+    /// all (not even an idle shard's 1 ms wake-ups), while its XDP program stays attached.
+    pub fn pause(&self) {
+        let pid = self.child.as_ref().expect("a running runner").id();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        let start = WallClock::now();
+        while !all_threads_stopped(pid) {
+            assert!(start.elapsed() < PATIENCE, "the runner never stopped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// SIGCONT: undoes [`Runner::pause`].
+    pub fn resume(&self) {
+        let pid = self.child.as_ref().expect("a running runner").id();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+
+    /// SIGTERM (after a SIGCONT, in case it is paused); waits for exit 0 and returns the last
+    /// stats.
     pub fn stop(mut self) -> Value {
+        self.resume();
         let mut child = self.child.take().unwrap();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -237,4 +279,175 @@ pub fn shard_core() -> usize {
 /// Whether an XDP program is attached to `interface` (as `ip link` shows it).
 pub fn xdp_attached(interface: &str) -> bool {
     sh(&["ip", "link", "show", "dev", interface]).contains("prog/xdp")
+}
+
+/// Whether every thread of process `pid` is stopped (state `T`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .is_ok_and(|stat| stat_fields(&stat).first() == Some(&"T"))
+    })
+}
+
+/// The fields of a /proc stat line after `pid (comm)`: state first.
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rfind(')')
+        .map_or(Vec::new(), |at| stat[at + 1..].split_whitespace().collect())
+}
+
+// ------------------------------------------------------------------- benchmark tools
+
+/// Where a benchmark's parent tells its re-run child whether cargo asked for a full run.
+pub const FULL_RUN_ENV: &str = "USERSTACK_BENCH_FULL";
+
+/// Whether this is a full benchmark run (`cargo bench` passes `--bench`; `cargo test
+/// --all-targets` does not, and then a benchmark only proves it works). Called in the parent,
+/// it records the answer for the child re-run under unshare.
+pub fn full_run() -> bool {
+    if std::env::var(CHILD).is_err() {
+        let full = std::env::args().any(|a| a == "--bench");
+        std::env::set_var(FULL_RUN_ENV, if full { "1" } else { "0" });
+    }
+    std::env::var(FULL_RUN_ENV).as_deref() == Ok("1")
+}
+
+/// Busy and total jiffies per CPU, from /proc/stat (idle and iowait are not busy).
+pub fn cpu_times() -> Vec<(u64, u64)> {
+    std::fs::read_to_string("/proc/stat")
+        .expect("/proc/stat")
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .map(|l| {
+            let v: Vec<u64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|x| x.parse().unwrap_or(0))
+                .collect();
+            let idle = v[3] + v[4];
+            let total: u64 = v.iter().take(8).sum();
+            (total - idle, total)
+        })
+        .collect()
+}
+
+/// The busy share of `core` between two [`cpu_times`] samples.
+pub fn busy_share(before: &[(u64, u64)], after: &[(u64, u64)], core: usize) -> f64 {
+    let (b0, t0) = before[core];
+    let (b1, t1) = after[core];
+    (b1 - b0) as f64 / (t1 - t0).max(1) as f64
+}
+
+/// CPU seconds (user + system) of a process or task, from its stat file
+/// (`/proc/PID/stat` sums a process's threads; `/proc/self/task/TID/stat` is one thread).
+pub fn task_cpu(stat_path: &str) -> f64 {
+    let text = std::fs::read_to_string(stat_path).unwrap_or_else(|e| panic!("{stat_path}: {e}"));
+    let fields = stat_fields(&text);
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after "pid (comm) ".
+    let ticks: u64 =
+        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The calling thread's id, for `/proc/self/task/TID/stat`.
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Pins the calling thread to `core`.
+pub fn pin(core: usize) {
+    // SAFETY: a zeroed set with one CPU; sched_setaffinity on this thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(
+        rc,
+        0,
+        "pinning to core {core}: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// `{min, median, max}` of `values` (the upper median for an even count).
+pub fn spread(values: &[f64]) -> Value {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |i: usize| sorted.get(i).copied().unwrap_or(0.0);
+    serde_json::json!({
+        "min": at(0),
+        "median": at(sorted.len() / 2),
+        "max": at(sorted.len().saturating_sub(1)),
+    })
+}
+
+/// A thin epoll instance (level-triggered unless the caller adds `EPOLLET`); each
+/// registration carries a caller's token.
+pub struct Epoll {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Epoll {
+    /// A new epoll instance.
+    pub fn new() -> Epoll {
+        // SAFETY: epoll_create1 has no preconditions.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "epoll_create1: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Epoll {
+            fd: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) },
+        }
+    }
+
+    /// Registers `fd` for `events` with `token`.
+    pub fn add(&self, fd: i32, token: u64, events: i32) {
+        self.control(libc::EPOLL_CTL_ADD, fd, token, events);
+    }
+
+    /// Changes `fd`'s events.
+    pub fn modify(&self, fd: i32, token: u64, events: i32) {
+        self.control(libc::EPOLL_CTL_MOD, fd, token, events);
+    }
+
+    fn control(&self, op: i32, fd: i32, token: u64, events: i32) {
+        let mut event = libc::epoll_event {
+            events: events as u32,
+            u64: token,
+        };
+        // SAFETY: a valid epoll descriptor and event.
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut event) };
+        assert_eq!(rc, 0, "epoll_ctl: {}", std::io::Error::last_os_error());
+    }
+
+    /// Waits at most `timeout_ms` (-1: forever); the ready events fill `events`' front.
+    pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
+        // SAFETY: events is a valid buffer of its length.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            let error = std::io::Error::last_os_error();
+            assert_eq!(
+                error.kind(),
+                std::io::ErrorKind::Interrupted,
+                "epoll_wait: {error}"
+            );
+            return 0;
+        }
+        n as usize
+    }
 }
