@@ -30,8 +30,6 @@ pub const IDLE_WAIT: Duration = Duration::from_millis(1);
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// Output a session may hold beyond the stack's send buffer before it stops reading.
 const OUTPUT_LIMIT: usize = 256 * 1024;
-/// Bytes read from the stack at a time.
-const READ_CHUNK: usize = 16 * 1024;
 
 /// What the runtime tells its shards.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -166,7 +164,6 @@ pub struct Shard {
     rx: Vec<Vec<u8>>,
     tx: Vec<Vec<u8>>,
     events: Vec<Event>,
-    chunk: Box<[u8]>,
     draining: bool,
     /// Connections that closed gracefully while draining.
     drained: u64,
@@ -211,7 +208,6 @@ impl Shard {
             rx: Vec::with_capacity(BATCH),
             tx: Vec::with_capacity(4 * BATCH),
             events: Vec::with_capacity(4096),
-            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
             draining: false,
             drained: 0,
         })
@@ -376,16 +372,12 @@ impl Shard {
             if served.closing || served.output.len() - served.sent > OUTPUT_LIMIT {
                 break;
             }
-            let n = stack.recv(handle, &mut self.chunk).unwrap_or(0);
+            let (n, verdict) = served.session.take_input(stack, handle, &mut served.output);
             if n == 0 {
                 break;
             }
             progress = true;
-            if served
-                .session
-                .on_input(&self.chunk[..n], &mut served.output)
-                == Verdict::Close
-            {
+            if verdict == Verdict::Close {
                 served.closing = true;
             }
         }
@@ -415,7 +407,7 @@ impl Shard {
             return true;
         }
         if !served.closing && served.sent == served.output.len() {
-            served.session.refill(&mut served.output);
+            progress |= served.session.refill(stack, handle) > 0;
         }
         let readable = stack.connection(handle).is_some_and(|c| c.recv_queue() > 0);
         if served.sent < served.output.len() || (readable && !served.closing) {

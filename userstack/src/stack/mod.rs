@@ -1,5 +1,14 @@
 //! A per-core stack instance: Ethernet, ARP, IPv4, ICMP echo and TCP over a flow table, with
 //! listeners, a timer wheel, buffer pools, batched rx/tx and a socket-like API.
+//!
+//! Payload copies: the in-place socket calls ([`Stack::send_with`], [`Stack::recv_with`],
+//! [`Stack::recv_send_with`]) let the application work in the connection's rings, so a byte
+//! is copied once on each side, by the stack: send ring → frame when a segment is built
+//! (`Connection::poll_transmit`; a retransmission copies again), and frame → receive ring when
+//! the segment arrives. Both are inherent with these rings: sent bytes must stay until ACKed while
+//! the frame goes to the device, and received frames go back to the pool at once, in order or
+//! not, while the bytes wait for the application. The copying [`Stack::send`] and
+//! [`Stack::recv`] add one copy each on top.
 
 mod arp_cache;
 mod buffer_pool;
@@ -123,6 +132,14 @@ enum Owner {
     User,
     SynQueue(u16),
     AcceptQueue(u16),
+}
+
+/// Which of a connection's rings a socket call used, for the readiness bookkeeping.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rings {
+    Send,
+    Recv,
+    Both,
 }
 
 #[derive(Debug)]
@@ -308,33 +325,60 @@ impl Stack {
         Ok(self.insert(conn, Owner::User))
     }
 
-    /// Queues bytes; returns how many were taken.
-    pub fn send(&mut self, handle: SocketHandle, data: &[u8]) -> Result<usize, Error> {
-        let index = self.index_of(handle)?;
-        let slot = self.slot_at(index);
-        let n = slot.conn.send(data);
-        // The caller saw the buffer fill: the next time it has room is a change to report,
-        // even if room appears and is used up again between two polls.
-        if !slot.conn.is_writable() {
-            slot.last_readiness.writable = false;
-        }
-        self.touch(index);
-        Ok(n)
+    /// Lends the connection's send ring to `write` in place: `write` gets the ring's free
+    /// space, fills a prefix of it and returns how many bytes it wrote, which are queued for
+    /// sending. The space is the contiguous part only, up to where the ring's memory wraps
+    /// around or ends (the memory grows once full, up to the buffer size): the rest comes on
+    /// the next call, so a caller with more to send calls again until it returns 0. The slice holds stale bytes,
+    /// not zeros. `write` is not called when nothing can be queued (the ring is full or our
+    /// side is closed); a count past the slice's end is cut to it. Returns the bytes queued.
+    pub fn send_with<F>(&mut self, handle: SocketHandle, write: F) -> Result<usize, Error>
+    where
+        F: FnOnce(&mut [u8]) -> usize,
+    {
+        self.socket_call(handle, Rings::Send, |conn| conn.send_with(write))
     }
 
-    /// Reads received bytes; returns how many were read (0 with `is_recv_finished` = end).
+    /// Lends the connection's receive ring to `read` in place: `read` gets received bytes
+    /// and returns how many it consumed; the rest stay for the next call, and the receive
+    /// window reopens exactly as with [`Stack::recv`]. The bytes are the contiguous part
+    /// only: where the ring's memory wraps around the rest comes on the next call, so a
+    /// caller that consumed everything calls again until it returns 0. `read` is not called
+    /// when there is nothing to read (0 with `is_recv_finished` = end of stream); a count past
+    /// the slice's end is cut to it. Returns the bytes consumed.
+    pub fn recv_with<F>(&mut self, handle: SocketHandle, read: F) -> Result<usize, Error>
+    where
+        F: FnOnce(&[u8]) -> usize,
+    {
+        self.socket_call(handle, Rings::Recv, |conn| conn.recv_with(read))
+    }
+
+    /// [`Stack::recv_with`] and [`Stack::send_with`] at once, for a reply made straight from
+    /// the input (an echo): `serve` gets the received bytes and the send ring's free space
+    /// (each its contiguous part; the space is empty when nothing can be queued) and returns
+    /// how many bytes it consumed and how many it wrote. It is not called when there is
+    /// nothing to read. Returns (consumed, queued).
+    pub fn recv_send_with<F>(
+        &mut self,
+        handle: SocketHandle,
+        serve: F,
+    ) -> Result<(usize, usize), Error>
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> (usize, usize),
+    {
+        self.socket_call(handle, Rings::Both, |conn| conn.recv_send_with(serve))
+    }
+
+    /// Queues a copy of `data`; returns how many bytes were taken. A wrapper over the same
+    /// path as [`Stack::send_with`].
+    pub fn send(&mut self, handle: SocketHandle, data: &[u8]) -> Result<usize, Error> {
+        self.socket_call(handle, Rings::Send, |conn| conn.send(data))
+    }
+
+    /// Copies received bytes into `out`; returns how many were read (0 with
+    /// `is_recv_finished` = end). A wrapper over the same path as [`Stack::recv_with`].
     pub fn recv(&mut self, handle: SocketHandle, out: &mut [u8]) -> Result<usize, Error> {
-        let index = self.index_of(handle)?;
-        let slot = self.slot_at(index);
-        let n = slot.conn.recv(out);
-        // The caller saw the buffer drain: new data is a change to report, even if it
-        // arrives before the next poll (otherwise readable → read all → refilled looks
-        // like "still readable" and no event comes).
-        if !slot.conn.is_readable() {
-            slot.last_readiness.readable = false;
-        }
-        self.touch(index);
-        Ok(n)
+        self.socket_call(handle, Rings::Recv, |conn| conn.recv(out))
     }
 
     /// Half-closes: our FIN follows the queued data.
@@ -554,6 +598,32 @@ impl Stack {
             Some(Some(slot)) if slot.generation == handle.generation => Ok(handle.index),
             _ => Err(Error::InvalidHandle),
         }
+    }
+
+    /// Runs a socket call on the connection behind `handle`, then does its readiness
+    /// bookkeeping and marks the connection for the next egress.
+    fn socket_call<R>(
+        &mut self,
+        handle: SocketHandle,
+        rings: Rings,
+        call: impl FnOnce(&mut Connection) -> R,
+    ) -> Result<R, Error> {
+        let index = self.index_of(handle)?;
+        let slot = self.slot_at(index);
+        let result = call(&mut slot.conn);
+        // The caller saw the send ring fill: the next time it has room is a change to
+        // report, even if room appears and is used up again between two polls.
+        if rings != Rings::Recv && !slot.conn.is_writable() {
+            slot.last_readiness.writable = false;
+        }
+        // The caller saw the receive ring drain: new data is a change to report, even if it
+        // arrives before the next poll (otherwise readable → read all → refilled looks like
+        // "still readable" and no event comes).
+        if rings != Rings::Send && !slot.conn.is_readable() {
+            slot.last_readiness.readable = false;
+        }
+        self.touch(index);
+        Ok(result)
     }
 
     fn slot_at(&mut self, index: u32) -> &mut Slot {

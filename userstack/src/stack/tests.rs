@@ -373,3 +373,299 @@ fn data_arriving_after_a_drain_is_reported_even_between_polls() {
     assert_eq!(b.recv(server, &mut buf).unwrap(), 3);
     assert_eq!(&buf[..3], b"two");
 }
+
+// ------------------------------------------------------------------ in-place socket calls
+
+/// A connection from `a` to `b` with the given TCP configurations, established.
+fn connected(
+    client: tcp::Config,
+    server: tcp::Config,
+) -> (Stack, Stack, SocketHandle, SocketHandle, Instant) {
+    let (mut a, mut b) = pair();
+    b.listen_with(80, 16, server).unwrap();
+    let c = a.connect_with(SocketAddrV4::new(IP_B, 80), client).unwrap();
+    let now = pump(&mut a, &mut b, Instant::ZERO, Instant::from_millis(10));
+    let s = b.accept(80).expect("accepted");
+    (a, b, c, s, now)
+}
+
+fn small_buffers(send_buffer: usize, recv_buffer: usize) -> tcp::Config {
+    tcp::Config {
+        send_buffer,
+        recv_buffer,
+        ..tcp::Config::default()
+    }
+}
+
+#[test]
+fn in_place_calls_carry_a_stream_across_ring_wrap_around_and_partial_reads() {
+    // Rings of 8 KiB and 4 KiB, filled in odd pieces and read 777 bytes at most per call:
+    // both rings wrap many times, and the in-place slices stop where the memory ends.
+    let (mut a, mut b, client, server, mut now) =
+        connected(small_buffers(8192, 8192), small_buffers(8192, 4096));
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    let (mut send_split, mut recv_split) = (false, false);
+    while got.len() < data.len() {
+        loop {
+            let queued = a.connection(client).unwrap().send_queue();
+            let n = a
+                .send_with(client, |space| {
+                    send_split |= space.len() < 8192 - queued;
+                    let n = space.len().min(1000).min(data.len() - sent);
+                    space[..n].copy_from_slice(&data[sent..sent + n]);
+                    n
+                })
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            sent += n;
+        }
+        now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+        loop {
+            let held = b.connection(server).unwrap().recv_queue();
+            let n = b
+                .recv_with(server, |input| {
+                    recv_split |= input.len() < held;
+                    let n = input.len().min(777);
+                    got.extend_from_slice(&input[..n]);
+                    n
+                })
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(got, data);
+    assert!(
+        send_split,
+        "the send ring never handed out a split free space"
+    );
+    assert!(recv_split, "the receive ring never wrapped");
+}
+
+#[test]
+fn an_in_place_read_reopens_the_receive_window_exactly_as_recv() {
+    // Two identical pairs (nearly) fill the server's 8 KiB window; one reads with recv, the other
+    // consumes the same amounts in place: the frames that follow are identical, among
+    // them the window update once the window had closed.
+    let setup = || {
+        let (mut a, mut b, client, server, now) =
+            connected(tcp::Config::default(), small_buffers(1 << 20, 8192));
+        a.send(client, &[9u8; 20_000]).unwrap();
+        let now = pump(&mut a, &mut b, now, now + Duration::from_millis(5));
+        assert!(
+            b.connection(server).unwrap().rcv_wnd() < 1448,
+            "the window closed"
+        );
+        (b, server, now)
+    };
+    let (mut copying, server, now) = setup();
+    let (mut in_place, same_server, _) = setup();
+    assert_eq!(server, same_server);
+    let mut buf = vec![0u8; 8192];
+    let mut window_updates = 0;
+    let held = copying.connection(server).unwrap().recv_queue();
+    for amount in [1000, 3000, held - 4000] {
+        assert_eq!(copying.recv(server, &mut buf[..amount]).unwrap(), amount);
+        let mut consumed = 0;
+        while consumed < amount {
+            let n = in_place
+                .recv_with(server, |input| input.len().min(amount - consumed))
+                .unwrap();
+            assert!(n > 0);
+            consumed += n;
+        }
+        assert_eq!(
+            copying.connection(server).unwrap().rcv_wnd(),
+            in_place.connection(server).unwrap().rcv_wnd()
+        );
+        let (mut from_copying, mut from_in_place) = (Vec::new(), Vec::new());
+        copying.egress(now, &mut from_copying);
+        in_place.egress(now, &mut from_in_place);
+        assert_eq!(from_copying, from_in_place, "after reading {amount}");
+        window_updates += from_in_place.len();
+    }
+    assert!(window_updates > 0, "the closed window was never reopened");
+}
+
+#[test]
+fn a_callback_that_writes_or_consumes_nothing_changes_nothing() {
+    let (mut a, mut b, client, server, now) =
+        connected(tcp::Config::default(), tcp::Config::default());
+    assert_eq!(a.send_with(client, |_| 0), Ok(0));
+    assert_eq!(a.connection(client).unwrap().send_queue(), 0);
+    let mut frames = Vec::new();
+    a.egress(now, &mut frames);
+    assert!(
+        frames.is_empty(),
+        "nothing to send: {} frames",
+        frames.len()
+    );
+    // A count past the slice is cut to it.
+    let mut room = 0;
+    let n = a
+        .send_with(client, |space| {
+            space[..5].copy_from_slice(b"hello");
+            room = space.len();
+            usize::MAX
+        })
+        .unwrap();
+    assert_eq!(n, room);
+    assert_eq!(a.connection(client).unwrap().send_queue(), room);
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(50));
+    assert_eq!(b.connection(server).unwrap().recv_queue(), room);
+    // Consuming nothing leaves the bytes in place, still readable, seen again next time.
+    let mut first = Vec::new();
+    assert_eq!(
+        b.recv_with(server, |input| {
+            first.extend_from_slice(&input[..5]);
+            0
+        }),
+        Ok(0)
+    );
+    assert_eq!(first, b"hello");
+    assert_eq!(b.connection(server).unwrap().recv_queue(), room);
+    assert!(b.connection(server).unwrap().is_readable());
+    let mut again = Vec::new();
+    let n = b
+        .recv_with(server, |input| {
+            again.extend_from_slice(&input[..5]);
+            usize::MAX
+        })
+        .unwrap();
+    assert_eq!(again, b"hello");
+    assert_eq!(n, room);
+    assert_eq!(b.connection(server).unwrap().recv_queue(), 0);
+    pump(&mut a, &mut b, now, now + Duration::from_millis(50));
+}
+
+#[test]
+fn in_place_calls_on_closed_sides_and_invalid_handles_call_nothing() {
+    let (mut a, mut b, client, server, now) =
+        connected(tcp::Config::default(), tcp::Config::default());
+    let mut called = false;
+    // Nothing to read: the callback is not called.
+    assert_eq!(
+        b.recv_with(server, |_| {
+            called = true;
+            1
+        }),
+        Ok(0)
+    );
+    assert_eq!(
+        b.recv_send_with(server, |_, _| {
+            called = true;
+            (1, 1)
+        }),
+        Ok((0, 0))
+    );
+    // Our side closed: nothing more can be queued.
+    a.shutdown(client).unwrap();
+    assert_eq!(
+        a.send_with(client, |_| {
+            called = true;
+            1
+        }),
+        Ok(0)
+    );
+    let now = pump(&mut a, &mut b, now, now + Duration::from_millis(50));
+    // The peer's end of stream: 0 and finished.
+    assert_eq!(
+        b.recv_with(server, |_| {
+            called = true;
+            1
+        }),
+        Ok(0)
+    );
+    assert!(b.connection(server).unwrap().is_recv_finished());
+    assert!(!called);
+    // A released handle is invalid for every call.
+    b.abort(server).unwrap();
+    pump(&mut a, &mut b, now, now + Duration::from_millis(50));
+    assert_eq!(
+        b.send_with(server, |_| {
+            called = true;
+            1
+        }),
+        Err(Error::InvalidHandle)
+    );
+    assert_eq!(
+        b.recv_with(server, |_| {
+            called = true;
+            1
+        }),
+        Err(Error::InvalidHandle)
+    );
+    assert_eq!(
+        b.recv_send_with(server, |_, _| {
+            called = true;
+            (1, 1)
+        }),
+        Err(Error::InvalidHandle)
+    );
+    assert!(!called);
+}
+
+#[test]
+fn an_echo_served_ring_to_ring_is_held_back_by_a_full_send_ring() {
+    // The server echoes with one copy, receive ring to send ring; its send ring (4 KiB) is
+    // smaller than the stream, so it consumes only what fits and the rest waits.
+    let (mut a, mut b, client, server, mut now) =
+        connected(tcp::Config::default(), small_buffers(4096, 1 << 16));
+    let data: Vec<u8> = (0..50_000u32).map(|i| (i % 241) as u8).collect();
+    let (mut sent, mut echoed) = (0, Vec::new());
+    let mut held_back = false;
+    let mut buf = vec![0u8; 65536];
+    while echoed.len() < data.len() {
+        sent += a.send(client, &data[sent..]).unwrap();
+        now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+        loop {
+            let (consumed, queued) = b
+                .recv_send_with(server, |input, space| {
+                    held_back |= space.len() < input.len();
+                    let n = input.len().min(space.len());
+                    space[..n].copy_from_slice(&input[..n]);
+                    (n, n)
+                })
+                .unwrap();
+            assert_eq!(consumed, queued);
+            if consumed == 0 {
+                break;
+            }
+        }
+        now = pump(&mut a, &mut b, now, now + Duration::from_millis(1));
+        loop {
+            let n = a.recv(client, &mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            echoed.extend_from_slice(&buf[..n]);
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(echoed, data);
+    assert!(held_back, "the send ring never limited the echo");
+}
+
+#[test]
+fn filling_the_send_ring_in_place_reports_writable_again_once_acked() {
+    let (mut a, mut b, client, _server, now) =
+        connected(small_buffers(8192, 1 << 20), tcp::Config::default());
+    let mut events = Vec::new();
+    a.poll_events(&mut events);
+    while a.send_with(client, |space| space.len()).unwrap() > 0 {}
+    assert!(!a.connection(client).unwrap().is_writable());
+    pump(&mut a, &mut b, now, now + Duration::from_millis(50));
+    events.clear();
+    a.poll_events(&mut events);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Ready(h, r) if *h == client && r.writable)),
+        "no writable event after the ring drained: {events:?}"
+    );
+}

@@ -6,7 +6,7 @@ use super::config::Config;
 use super::congestion::{new_controller, CongestionControl};
 use super::hystart::{Growth, HyStart};
 use super::rack::Rack;
-use super::ring_buffer::RingBuffer;
+use super::ring_buffer::{copy_prefix, RingBuffer};
 use super::rtt::RttEstimator;
 use super::scoreboard::{Scoreboard, SentSegment};
 use crate::counters::{Counter, Counters};
@@ -570,22 +570,67 @@ impl Connection {
 
     // ---------------------------------------------------------------- user calls
 
-    /// Queues bytes for sending (RFC 9293 3.10.2); returns how many fitted in the send buffer.
-    pub fn send(&mut self, data: &[u8]) -> usize {
+    /// Lends the send buffer's free space to `write`, which fills a prefix of it in place and
+    /// returns how many bytes it wrote; those are queued for sending (RFC 9293 3.10.2 SEND).
+    /// The space is the buffer's contiguous part only (up to where its memory wraps around),
+    /// so a caller with more to send calls again; it holds stale bytes, not zeros. `write` is
+    /// not called when nothing can be queued (buffer full, or our side closed); a count past
+    /// the slice's end is cut to it. Returns the bytes queued.
+    pub fn send_with<F: FnOnce(&mut [u8]) -> usize>(&mut self, write: F) -> usize {
         if !self.can_send() {
             return 0;
         }
-        self.send_buffer.push(data)
+        let space = self.send_buffer.writable();
+        if space.is_empty() {
+            return 0;
+        }
+        let room = space.len();
+        let n = write(space).min(room);
+        self.send_buffer.commit(n);
+        n
     }
 
-    /// Reads received bytes (RFC 9293 3.10.3). When reading opens a window that had closed to
-    /// half the buffer or less to at least twice what is left of it, a window update goes out
-    /// at once, as Linux's `tcp_cleanup_rbuf` does; an open window travels on the next ACK.
-    /// (ACKing every read that frees a segment's room, as RFC 1122 4.2.3.3 permits, made a
-    /// receiver that reads as it receives ACK nearly every segment: 1.2 segments per ACK on
-    /// the evaluation's link against Linux's 2.2.)
-    pub fn recv(&mut self, out: &mut [u8]) -> usize {
-        let n = self.recv_buffer.read(out);
+    /// Queues a copy of `data` for sending (RFC 9293 3.10.2), through
+    /// [`Connection::send_with`]; returns how many bytes fitted in the send buffer.
+    pub fn send(&mut self, data: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < data.len() {
+            let rest = &data[taken..];
+            let n = self.send_with(|space| copy_prefix(rest, space));
+            if n == 0 {
+                break;
+            }
+            taken += n;
+        }
+        taken
+    }
+
+    /// Lends the received bytes to `read` in place, which returns how many it consumed; those leave
+    /// the receive buffer (RFC 9293 3.10.3 RECEIVE). The bytes are the buffer's contiguous part
+    /// only (up to where its memory wraps around), so a caller that consumed them all calls again
+    /// for the rest. `read` is not called when there is nothing to read; a count past the slice's
+    /// end is cut to it. Returns the bytes consumed.
+    ///
+    /// When reading opens a window that had closed to half the buffer or less to at least twice
+    /// what is left of it, a window update goes out at once, as Linux's `tcp_cleanup_rbuf` does; an
+    /// open window travels on the next ACK. (ACKing every read that frees a segment's room, as RFC
+    /// 1122 4.2.3.3 permits, made a receiver that reads as it receives ACK nearly every segment:
+    /// 1.2 segments per ACK on the evaluation's link against Linux's 2.2.)
+    pub fn recv_with<F: FnOnce(&[u8]) -> usize>(&mut self, read: F) -> usize {
+        let data = self.recv_buffer.readable();
+        if data.is_empty() {
+            return 0;
+        }
+        let available = data.len();
+        let n = read(data).min(available);
+        self.consume_received(n);
+        n
+    }
+
+    /// Drops `n` bytes the application read and schedules a window update when due (see
+    /// [`Connection::recv_with`]).
+    fn consume_received(&mut self, n: usize) {
+        self.recv_buffer.consume(n);
         if n > 0 && self.state.is_synchronized() {
             let advertised = self.rcv_adv.distance_from(self.rcv_nxt) as usize;
             let free = self.recv_buffer.free();
@@ -596,7 +641,48 @@ impl Connection {
                 self.ack_now = true;
             }
         }
-        n
+    }
+
+    /// [`Connection::recv_with`] and [`Connection::send_with`] at once, for a reply made
+    /// straight from the input: `serve` gets the received bytes and the send buffer's free
+    /// space (each its contiguous part; the space is empty when nothing can be queued) and
+    /// returns (consumed, written). Not called when there is nothing to read; counts past a
+    /// slice's end are cut to it. Returns (consumed, queued).
+    pub fn recv_send_with<F>(&mut self, serve: F) -> (usize, usize)
+    where
+        F: FnOnce(&[u8], &mut [u8]) -> (usize, usize),
+    {
+        let can_send = self.can_send();
+        let input = self.recv_buffer.readable();
+        if input.is_empty() {
+            return (0, 0);
+        }
+        let space: &mut [u8] = if can_send {
+            self.send_buffer.writable()
+        } else {
+            &mut []
+        };
+        let (available, room) = (input.len(), space.len());
+        let (consumed, written) = serve(input, space);
+        let (consumed, written) = (consumed.min(available), written.min(room));
+        self.send_buffer.commit(written);
+        self.consume_received(consumed);
+        (consumed, written)
+    }
+
+    /// Copies received bytes into `out` (RFC 9293 3.10.3), through
+    /// [`Connection::recv_with`], so the window reopens the same way; returns the bytes read.
+    pub fn recv(&mut self, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < out.len() {
+            let rest = &mut out[done..];
+            let n = self.recv_with(|data| copy_prefix(data, rest));
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        done
     }
 
     /// Closes our direction (RFC 9293 3.10.4): the FIN follows the queued data.
