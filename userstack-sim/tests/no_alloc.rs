@@ -7,37 +7,9 @@
 //! nothing then. What still may is the metrics' record: a goodput sample per window pushed
 //! on a `Vec` that doubles now and then, a few allocations a run.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+#[path = "../../userstack/tests/support/counting_alloc.rs"]
+mod counting_alloc;
 use userstack_sim::scenario::Scenario;
-
-/// Allocations made through the global allocator (reallocations included).
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through this allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as for `alloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 fn load(name: &str) -> Scenario {
     let path = format!("{}/scenarios/{name}.toml", env!("CARGO_MANIFEST_DIR"));
@@ -51,7 +23,7 @@ fn steady_state(scenario: &Scenario, from_ms: u64) -> (u64, u64) {
     let mut start: Option<(u64, u64)> = None;
     let mut last = (0, 0);
     userstack_sim::run_observed(scenario, 1, |net| {
-        let now = (net.packets(), ALLOCATIONS.load(Ordering::Relaxed));
+        let now = (net.packets(), counting_alloc::allocations());
         if start.is_none() && net.now().as_millis() >= from_ms {
             start = Some(now);
         }

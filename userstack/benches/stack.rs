@@ -60,12 +60,12 @@
 #[path = "../tests/support/pair.rs"]
 mod pair;
 
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
 use core::time::Duration;
 use pair::{Pair, IP_B};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant as WallClock;
 use userstack::tcp::Config;
 
@@ -106,35 +106,6 @@ const SMOKE: Scale = Scale {
     churn: 50,
     churn_live: 100,
 };
-
-/// Allocations made through the global allocator (reallocations included), so that each
-/// side's allocations per unit show beside its rates.
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through this allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as for `alloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// What one round of one side did besides its units.
 #[derive(Clone, Copy, Default)]
@@ -254,11 +225,11 @@ fn measure(benchmark: &mut Benchmark, rounds: usize) -> Vec<Vec<Sample>> {
     let mut samples: Vec<Vec<Sample>> = benchmark.sides.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
         for ((_, side), out) in benchmark.sides.iter_mut().zip(&mut samples) {
-            let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+            let allocations = counting_alloc::allocations();
             let (wall, cpu) = (WallClock::now(), thread_cpu());
             let mut work = side(benchmark.units);
             let cpu = (thread_cpu() - cpu).as_secs_f64();
-            work.allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations;
+            work.allocations = counting_alloc::allocations() - allocations;
             out.push(Sample {
                 wall: wall.elapsed().as_secs_f64(),
                 cpu,

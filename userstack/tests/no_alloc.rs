@@ -8,39 +8,11 @@
 #[path = "support/pair.rs"]
 mod pair;
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 use pair::Pair;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use userstack::stack::{Event, SocketHandle};
 use userstack::tcp::Config;
-
-/// Allocations made through the global allocator (reallocations included).
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-struct Counting;
-
-// SAFETY: every call is forwarded unchanged to `System`; the counter is only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through this allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: as for `alloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// How a round of the pair is driven: `Pair::step` or `Pair::poll_round`.
 type Round = fn(&mut Pair) -> usize;
@@ -164,12 +136,12 @@ fn measured_rounds(round: Round) -> Vec<(u64, u64)> {
     pair.request_response(rr, 2_000, &mut sink);
     (0..2)
         .map(|_| {
-            let (allocations, frames) = (ALLOCATIONS.load(Ordering::Relaxed), pair.frames);
+            let (allocations, frames) = (counting_alloc::allocations(), pair.frames);
             pair.bulk(bulk, 64 << 20, &data, &mut sink);
             pair.request_response(rr, 20_000, &mut sink);
             (
                 pair.frames - frames,
-                ALLOCATIONS.load(Ordering::Relaxed) - allocations,
+                counting_alloc::allocations() - allocations,
             )
         })
         .collect()
