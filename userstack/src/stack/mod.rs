@@ -506,8 +506,14 @@ impl Stack {
         self.now = self.now.max(now);
         out.append(&mut self.tx_queue);
         let mut dirty = core::mem::take(&mut self.dirty);
+        // One buffer goes from connection to connection until one of them fills it: a
+        // connection with nothing to send costs no trip to the pool (and no re-zeroing).
+        let mut spare = None;
         for &index in &dirty {
-            self.transmit_connection(index, out);
+            self.transmit_connection(index, out, &mut spare);
+        }
+        if let Some(frame) = spare {
+            self.pool.put(frame);
         }
         for index in dirty.drain(..) {
             self.settle(index);
@@ -645,16 +651,23 @@ impl Stack {
         }
     }
 
-    fn transmit_connection(&mut self, index: u32, out: &mut Vec<Vec<u8>>) {
+    /// Emits every segment the connection at `index` has to send; `spare` is a frame buffer
+    /// taken from the pool and not yet filled, handed on to the next connection.
+    fn transmit_connection(
+        &mut self,
+        index: u32,
+        out: &mut Vec<Vec<u8>>,
+        spare: &mut Option<Vec<u8>>,
+    ) {
         let now = self.now;
         loop {
-            let mut frame = self.pool.get();
+            let mut frame = spare.take().unwrap_or_else(|| self.pool.get());
             let Some(slot) = self.slots[index as usize].as_mut() else {
-                self.pool.put(frame);
+                *spare = Some(frame);
                 return;
             };
             let Some(len) = slot.conn.poll_transmit(now, &mut frame[TCP_OFFSET..]) else {
-                self.pool.put(frame);
+                *spare = Some(frame);
                 return;
             };
             let (local, remote) = (slot.conn.local(), slot.conn.remote());
