@@ -1001,7 +1001,8 @@ impl Stack {
         } else {
             TcpRepr::parse(&packet, ip.src_addr, ip.dst_addr)
         };
-        let seg = match parsed {
+        // Borrowed, not moved out of the result: the representation is about 100 bytes.
+        let seg = match &parsed {
             Ok(seg) => seg,
             Err(ParseError::BadChecksum) => {
                 self.counters.bump(Counter::InCsumErrors);
@@ -1021,7 +1022,7 @@ impl Stack {
         if let Some(&index) = self.flows.get(&tuple) {
             let now = self.now;
             let slot = self.slot_at(index);
-            slot.conn.handle_segment(now, &seg);
+            slot.conn.handle_segment(now, seg);
             self.touch(index);
             return;
         }
@@ -1047,7 +1048,7 @@ impl Stack {
                     iss,
                     entropy,
                     self.now,
-                    &seg,
+                    seg,
                 );
                 if let Some(listener) = self.listeners.get_mut(&seg.dst_port) {
                     listener.syn_queue_len += 1;
@@ -1057,7 +1058,7 @@ impl Stack {
             }
         }
         if !flags.rst() {
-            self.send_reset(ip, &seg);
+            self.send_reset(ip, seg);
         }
     }
 
