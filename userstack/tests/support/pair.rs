@@ -67,17 +67,12 @@ impl Pair {
         let (to_b, to_a) = (self.ab.len(), self.ba.len());
         self.b.ingress(self.now, &mut self.ab);
         self.a.ingress(self.now, &mut self.ba);
-        // Transmit completion: the buffers a frame used go back to its sender's pool.
-        let (from, to) = if to_b >= to_a {
-            (&mut self.b, &mut self.a)
+        // Transmit completion: the net surplus of buffers goes back to the other side.
+        let surplus = to_b.abs_diff(to_a);
+        if to_b >= to_a {
+            complete(&mut self.b, &mut self.a, surplus);
         } else {
-            (&mut self.a, &mut self.b)
-        };
-        for _ in 0..to_b.abs_diff(to_a) {
-            match from.buffer_pool().take_spare() {
-                Some(buf) => to.buffer_pool().put(buf),
-                None => break,
-            }
+            complete(&mut self.a, &mut self.b, surplus);
         }
         to_b + to_a
     }
