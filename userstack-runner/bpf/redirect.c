@@ -5,7 +5,9 @@
 // the kernel, so management traffic on the same NIC is untouched. The stack's frames are:
 //   - ARP whose target protocol address is the stack's address;
 //   - IPv4 TCP to the stack's address whose destination port is a service port (`ports`) or
-//     lies in the stack's ephemeral range (replies to connections the stack opened).
+//     lies in the stack's ephemeral range (replies to connections the stack opened);
+//   - IPv4 ICMP to the stack's address (echo requests, which the stack answers as a host
+//     does; the kernel does not own the address and would drop them).
 // `settings` holds [address (network order), first ephemeral port, last ephemeral port].
 // A queue without a socket falls back to XDP_PASS (bpf_redirect_map's default action).
 // Only packet bytes are read: no CO-RE, so it loads on kernels without vmlinux BTF.
@@ -91,7 +93,11 @@ int userstack_redirect(struct xdp_md *ctx)
 	struct iphdr *ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > data_end)
 		return XDP_PASS;
-	if (ip->daddr != address || ip->protocol != IPPROTO_TCP || ip->ihl < 5)
+	if (ip->daddr != address || ip->ihl < 5)
+		return XDP_PASS;
+	if (ip->protocol == IPPROTO_ICMP)
+		return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	if (ip->protocol != IPPROTO_TCP)
 		return XDP_PASS;
 	struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
 	if ((void *)(tcp + 1) > data_end)

@@ -264,7 +264,8 @@ fn curl_and_wrk_against_the_http_service() {
 }
 
 /// The kernel keeps its own traffic on the same interface: a kernel listener on the node's
-/// address serves a client while the stack answers on its address, and ping still works.
+/// address serves a client while the stack answers on its address, and ping works to both
+/// addresses (the stack answers its own, through AF_XDP).
 #[test]
 fn kernel_listener_on_the_same_interface_keeps_serving() {
     in_namespaces(
@@ -286,6 +287,8 @@ fn kernel_listener_on_the_same_interface_keeps_serving() {
             server.join().unwrap();
             assert_eq!(from_kernel, "kernel\n");
             in_client(&["ping", "-c", "1", "-W", "5", &NODE_IP.to_string()]);
+            // The stack's own address answers ping too: the redirect program hands it ICMP.
+            in_client(&["ping", "-c", "2", "-W", "5", &STACK_IP.to_string()]);
             let from_stack = in_client(&[
                 "curl",
                 "-sS",
@@ -297,6 +300,9 @@ fn kernel_listener_on_the_same_interface_keeps_serving() {
             assert_eq!(from_stack, "stack\n");
             let mut runner = runner;
             runner.wait_for(|s| s["netstat"]["Tcp"]["PassiveOpens"] == 1);
+            let stats = runner.stats();
+            assert_eq!(stats["netstat"]["Icmp"]["InEchos"], 2);
+            assert_eq!(stats["netstat"]["Icmp"]["OutEchoReps"], 2);
             runner.stop();
         },
     );
