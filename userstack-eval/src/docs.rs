@@ -141,8 +141,8 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
 /// path's drops, and how many segments the receiver took per segment (ACK) it sent.
 pub fn load_table(measurements: &[Measurement]) -> String {
     let mut table = String::from(
-        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) | segments received per ACK sent |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) | segments received per ACK sent | Linux sender's smoothed RTT, ms | ping to the receiver, ms |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for row in ROWS.iter() {
         for (pairing, control, name) in LINES {
@@ -173,7 +173,7 @@ pub fn load_table(measurements: &[Measurement]) -> String {
             };
             let _ = writeln!(
                 table,
-                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 row.label,
                 per_cpu(&|m| &m.load.cpu_busy),
                 per_cpu(&|m| &m.load.cpu_softirq),
@@ -190,6 +190,8 @@ pub fn load_table(measurements: &[Measurement]) -> String {
                     },
                     1
                 ),
+                optional(&|m| m.load.sender_rtt_ms, 1),
+                optional(&|m| m.load.ping_rtt_ms, 1),
             );
         }
     }
@@ -299,7 +301,11 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          its netem dropped (the row's random loss) and its tbf dropped (the bottleneck queue\n\
          full): what the senders' retransmissions answer. The last column is the receiver's\n\
          segments received per segment sent, in a one-way transfer its data segments per ACK:\n\
-         the sender's ACK clock.\n\n{}",
+         the sender's ACK clock; when Linux sends, its connections' smoothed RTT (`tcpi_rtt`,\n\
+         averaged over a look every second): the path's 20 ms, the queue's delay and the\n\
+         receiver's ACK delay, which the sender's window growth runs on; and the mean round\n\
+         trip of pings from the sender's namespace to the receiver in the same window (five a\n\
+         second): the same path, queue and receiving host with no TCP in it.\n\n{}",
         link_table(measurements, runs),
         load_table(measurements),
     )

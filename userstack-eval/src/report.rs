@@ -119,6 +119,16 @@ pub struct Load {
     /// Data packets the bottleneck queue dropped over the window, full (tbf).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_drops: Option<u64>,
+    /// When Linux sends: its connections' mean smoothed RTT over the window (`tcpi_rtt`,
+    /// looked at every second), in milliseconds — the path's delay plus the queue's plus the
+    /// receiver's ACK delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_rtt_ms: Option<f64>,
+    /// The mean round trip of ICMP echoes from the sender's namespace to the receiver over the
+    /// window (five a second), in milliseconds: the same path and queue with no TCP in it, so
+    /// the smoothed RTT above it is the receiver's ACK delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping_rtt_ms: Option<f64>,
 }
 
 impl Measurement {

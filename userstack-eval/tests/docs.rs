@@ -25,7 +25,7 @@ const REPEATED: &str = r#"[
    "sender": {"Tcp": {"OutSegs": 100000, "RetransSegs": 1000}, "TcpExt": {"TCPSackRecovery": 300}},
    "receiver": {"Tcp": {"InSegs": 99000, "OutSegs": 45000}},
    "load": {"cpuBusy": [0.5, 1.0], "cpuSoftirq": [0.25, 0.0], "rwndLimited": 0.125,
-            "pathLosses": 40, "queueDrops": 7}},
+            "pathLosses": 40, "queueDrops": 7, "senderRttMs": 22.25, "pingRttMs": 21.04}},
   {"row": "1 flow, 1 % loss", "pairing": "linuxToLinux", "spinCore": 1, "seconds": 20.0,
    "flowMbps": [38.0], "sender": {"Tcp": {"OutSegs": 100000, "RetransSegs": 1000}},
    "receiver": {}},
@@ -100,7 +100,8 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     assert!(receiving.contains("| worse |"), "{receiving}");
     // Where the time went, from the runs that recorded it: per vCPU busy and softirq, the
     // Linux sender held by the window, the runner's busy share and its queue's losses, the
-    // receiver's segments per ACK (— where its counters were not recorded).
+    // receiver's segments per ACK, the Linux sender's smoothed RTT and the ping to the
+    // receiver (— where not recorded).
     let load = |pairing: &str| {
         let lines: Vec<&str> = link_part
             .lines()
@@ -111,11 +112,11 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     };
     assert_eq!(
         load("| Linux → Linux |"),
-        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — | 40 | 7 | 2.2 |"
+        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — | 40 | 7 | 2.2 | 22.2 | 21.0 |"
     );
     assert_eq!(
         load("| Linux → userstack |"),
-        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 | — | — | — |"
+        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 | — | — | — | — | — |"
     );
     for plot in &plots {
         assert!(

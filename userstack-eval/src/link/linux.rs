@@ -227,6 +227,14 @@ impl Senders {
             .collect()
     }
 
+    /// The connections' smoothed round-trip times now (`tcpi_rtt`), in microseconds.
+    pub fn smoothed_rtts(&self) -> std::io::Result<Vec<u32>> {
+        self.streams
+            .iter()
+            .map(|s| Ok(tcp_info(s)?.tcpi_rtt))
+            .collect()
+    }
+
     /// What limited the connections' sending so far, summed over them.
     pub fn limits(&self) -> std::io::Result<SendLimits> {
         let mut sum = SendLimits::default();

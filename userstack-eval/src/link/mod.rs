@@ -150,8 +150,11 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
     };
     std::thread::sleep(options.warmup);
     let first = sample(row, &sender, &receiver)?;
-    std::thread::sleep(options.duration - options.warmup);
+    let window = options.duration - options.warmup;
+    let ping = Ping::start(receiver_ip, window)?;
+    let sender_rtt_ms = watch_sender_rtt(&sender, window)?;
     let last = sample(row, &sender, &receiver)?;
+    let ping_rtt_ms = ping.average_ms()?;
     drop(sender);
     drop(receiver);
     let seconds = (last.at - first.at).as_secs_f64();
@@ -170,8 +173,73 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         flow_mbps,
         sender: moved(&first.sender, &last.sender),
         receiver: moved(&first.receiver, &last.receiver),
-        load: load(&first, &last),
+        load: Load {
+            sender_rtt_ms,
+            ping_rtt_ms,
+            ..load(&first, &last)
+        },
     })
+}
+
+/// `ping` from the sender's namespace to the receiver's address for the measured window, five
+/// echoes a second: the round trip of the same path and queue as the data's, answered by the
+/// receiving host itself (Linux's softirq, or the runner through AF_XDP) with no TCP in it.
+struct Ping(std::process::Child);
+
+impl Ping {
+    fn start(to: std::net::Ipv4Addr, window: Duration) -> Result<Ping, String> {
+        let seconds = window.as_secs().max(1).to_string();
+        let address = to.to_string();
+        std::process::Command::new("ip")
+            .args(["netns", "exec", SENDER_NS, "ping", "-q", "-n", "-i", "0.2"])
+            .args(["-w", seconds.as_str(), address.as_str()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map(Ping)
+            .map_err(|e| format!("ping: {e}"))
+    }
+
+    /// The echoes' mean round trip, in milliseconds (`None` when none came back).
+    fn average_ms(self) -> Result<Option<f64>, String> {
+        let out = self
+            .0
+            .wait_with_output()
+            .map_err(|e| format!("ping: {e}"))?;
+        Ok(ping_average_ms(&String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// The mean of iputils ping's summary line `rtt min/avg/max/mdev = 20.1/21.4/25.0/0.9 ms`.
+fn ping_average_ms(summary: &str) -> Option<f64> {
+    let line = summary.lines().find(|l| l.contains("min/avg/max"))?;
+    let values = line.split('=').nth(1)?.trim();
+    values.split('/').nth(1)?.trim().parse().ok()
+}
+
+/// Waits `window`; when Linux sends, returns its connections' mean smoothed RTT in
+/// milliseconds, averaged over a look every second (the delay its ACK clock runs on).
+fn watch_sender_rtt(sender: &Sender, window: Duration) -> Result<Option<f64>, String> {
+    let Sender::Linux(senders) = sender else {
+        std::thread::sleep(window);
+        return Ok(None);
+    };
+    let end = Instant::now() + window;
+    let mut means = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(Duration::from_secs(1)));
+        let rtts = senders
+            .smoothed_rtts()
+            .map_err(|e| format!("TCP_INFO: {e}"))?;
+        if !rtts.is_empty() {
+            means.push(rtts.iter().map(|&us| f64::from(us)).sum::<f64>() / rtts.len() as f64 / 1e3);
+        }
+    }
+    Ok((!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64))
 }
 
 /// Where the time between two samples went.
@@ -203,6 +271,8 @@ fn load(first: &Sample, last: &Sample) -> Load {
         runner_drops: runner.map(|r| r.1),
         path_losses: Some(last.path.lost.saturating_sub(first.path.lost)),
         queue_drops: Some(last.path.overflowed.saturating_sub(first.path.overflowed)),
+        sender_rtt_ms: None,
+        ping_rtt_ms: None,
     }
 }
 
@@ -283,4 +353,21 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
         runner,
         path,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mean_round_trip_is_read_from_pings_summary() {
+        let summary = "--- 198.18.2.2 ping statistics ---\n\
+            100 packets transmitted, 97 received, 3% packet loss, time 19800ms\n\
+            rtt min/avg/max/mdev = 20.112/21.437/25.001/0.912 ms\n";
+        assert_eq!(ping_average_ms(summary), Some(21.437));
+        assert_eq!(
+            ping_average_ms("100 packets transmitted, 0 received, 100% packet loss\n"),
+            None
+        );
+    }
 }
