@@ -5,8 +5,9 @@
 //! host root) starts the runner `hoststack-userstack` built with `--features dpdk`, which
 //! takes the device through DPDK's EAL and virtio PMD. A client namespace on the lab bridge
 //! (which the data NIC's tap reaches) fetches the http service with curl and talks to the
-//! echo service with kernel TCP, byte-exact; then the tuning is deleted and the agent stops
-//! the runner and gives the NIC back to virtio-pci.
+//! echo service with kernel TCP, byte-exact, with TCP checksum offload on both ways (the
+//! runner's stats); then the tuning is deleted and the agent stops the runner and gives the
+//! NIC back to virtio-pci.
 //!
 //! A second test, on a VM node of its own with the data NIC on virtio_net (qemu `rss=on`),
 //! is the steering proof:
@@ -599,6 +600,22 @@ fn vm_node_serves_from_the_userstack_on_dpdk() {
             && shard["txPackets"].as_u64().unwrap_or(0) > 50
     });
     eprintln!("shard counters: {:#}", counted["userspaceStack"]["shards"]);
+    // TCP checksum offload both ways: QEMU's tap netdev negotiates VIRTIO_NET_F_CSUM and
+    // VIRTIO_NET_F_GUEST_CSUM, so the virtio PMD offers RTE_ETH_RX/TX_OFFLOAD_TCP_CKSUM and
+    // the runner enables both (its own stats file: the status does not carry it); every
+    // segment above arrived with a checksum the port vouched for or the device verified.
+    let stats: serde_json::Value =
+        serde_json::from_str(&vm.run("cat /run/hoststack/state/userstack/stats.json"))
+            .expect("the runner's stats are JSON");
+    assert_eq!(
+        stats["checksumOffload"],
+        serde_json::json!({ "rx": true, "tx": true }),
+        "{stats:#}"
+    );
+    assert_eq!(
+        stats["shards"][0]["drops"]["checksumErrors"], 0,
+        "{stats:#}"
+    );
 
     // Delete: the agent stops the runner first, then gives the NIC back to virtio-pci.
     let deleted = Instant::now();

@@ -3,9 +3,10 @@
 //! `NodeTuning.status.userspaceStack` and the exporter. camelCase fields. Read leniently
 //! (unknown fields are ignored, see the crate doc). Required: every field the agent's report
 //! rests on (pid, state, mode, shards, services, netstat), so a renamed one fails to parse.
-//! Optional: `backend` (the agent knows which one it asked for), `steering` and a shard's
-//! `busyNanos`, `runNanos` and `drops` (absent from runners that predate them) and `stop`
-//! (present once stopping).
+//! Optional: `backend` (the agent knows which one it asked for), `steering`,
+//! `checksumOffload` and a shard's `busyNanos`, `runNanos` and `drops` (absent from runners
+//! that predate them; a drop counter added later, such as `checksumErrors`, reads as 0) and
+//! `stop` (present once stopping).
 
 use std::collections::BTreeMap;
 
@@ -33,6 +34,10 @@ pub struct RunnerStats {
     /// The RSS key and table the shards steer by (absent from runners that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steering: Option<SteeringStats>,
+    /// Which TCP checksum work the device does for the stack (absent from runners that
+    /// predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_offload: Option<ChecksumOffloadStats>,
     /// Counters of all shards by section (`Tcp`, `TcpExt`, `Ip`, `Icmp`) and field, named as
     /// in /proc/net/snmp and /proc/net/netstat; signed, as the kernel's `MaxConn` (-1) is.
     pub netstat: BTreeMap<String, BTreeMap<String, i64>>,
@@ -83,7 +88,8 @@ pub struct ShardStats {
 }
 
 /// Frames a device queue dropped or could not take, as the kernel counts them for an AF_XDP
-/// socket (`XDP_STATISTICS`).
+/// socket (`XDP_STATISTICS`), and the received frames the device itself dropped for a bad
+/// TCP checksum.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueDrops {
@@ -99,13 +105,19 @@ pub struct QueueDrops {
     /// Frames the shard dropped itself because the tx ring had no free slot or UMEM frame
     /// (counted by the runner, not the kernel).
     pub tx_ring_full: u64,
+    /// Received TCP frames dropped by the device because their checksum was wrong: flagged
+    /// bad by the hardware, or checked in software where the hardware said nothing (a device
+    /// with rx checksum offload hands the stack only verified frames). 0 from runners that
+    /// predate it.
+    #[serde(default)]
+    pub checksum_errors: u64,
 }
 
 impl QueueDrops {
-    /// Frames lost: dropped on receive (no fill frame, a full rx ring) or, by the runner, on
-    /// send. The two `empty` counts are events, not losses.
+    /// Frames lost: dropped on receive (no fill frame, a full rx ring, a bad checksum) or, by
+    /// the runner, on send. The two `empty` counts are events, not losses.
     pub fn lost(&self) -> u64 {
-        self.rx_dropped + self.rx_ring_full + self.tx_ring_full
+        self.rx_dropped + self.rx_ring_full + self.tx_ring_full + self.checksum_errors
     }
 
     /// `f` applied field by field to `self` and `other` (sums over shards, moves over time).
@@ -116,8 +128,21 @@ impl QueueDrops {
             rx_fill_ring_empty: f(self.rx_fill_ring_empty, other.rx_fill_ring_empty),
             tx_ring_empty: f(self.tx_ring_empty, other.tx_ring_empty),
             tx_ring_full: f(self.tx_ring_full, other.tx_ring_full),
+            checksum_errors: f(self.checksum_errors, other.checksum_errors),
         }
     }
+}
+
+/// The TCP checksum work the device does, which the stack then skips.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChecksumOffloadStats {
+    /// The device hands over only TCP frames whose checksums are verified (by the hardware
+    /// or kernel, or by the device in software), so the stack does not check them.
+    pub rx: bool,
+    /// The device completes the TCP checksums the stack leaves partial (the pseudo-header
+    /// sum only).
+    pub tx: bool,
 }
 
 /// A service being served.
@@ -209,6 +234,7 @@ mod tests {
                     rx_fill_ring_empty: 3,
                     tx_ring_empty: 4,
                     tx_ring_full: 5,
+                    checksum_errors: 6,
                 }),
             }],
             services: vec![ServiceStats {
@@ -219,6 +245,10 @@ mod tests {
                 source: SteeringSource::Nic,
                 key: "6d5a56da".into(),
                 indirection_size: 128,
+            }),
+            checksum_offload: Some(ChecksumOffloadStats {
+                rx: true,
+                tx: false,
             }),
             netstat,
             stop: Some(StopStats {
@@ -237,12 +267,13 @@ mod tests {
                     "busyNanos": 700, "runNanos": 1000,
                     "drops": {
                         "rxDropped": 1, "rxRingFull": 2, "rxFillRingEmpty": 3, "txRingEmpty": 4,
-                        "txRingFull": 5
+                        "txRingFull": 5, "checksumErrors": 6
                     }
                 }
             ],
             "services": [ { "kind": "Http", "port": 80 } ],
             "steering": { "source": "nic", "key": "6d5a56da", "indirectionSize": 128 },
+            "checksumOffload": { "rx": true, "tx": false },
             "netstat": {
                 "Tcp": { "MaxConn": -1, "OutSegs": 12 },
                 "TcpExt": { "TCPSackRecovery": 2 }
@@ -265,10 +296,24 @@ mod tests {
         let (stats, _) = full();
         let drops = stats.shards[0].drops.unwrap();
         let twice = drops.combine(drops, |a, b| a + b);
-        assert_eq!((twice.rx_dropped, twice.tx_ring_full), (2, 10));
-        // rxDropped 1 + rxRingFull 2 + txRingFull 5; the empty-ring events are not losses.
-        assert_eq!(drops.lost(), 8);
+        assert_eq!(
+            (twice.rx_dropped, twice.tx_ring_full, twice.checksum_errors),
+            (2, 10, 12)
+        );
+        // rxDropped 1 + rxRingFull 2 + txRingFull 5 + checksumErrors 6; the empty-ring events
+        // are not losses.
+        assert_eq!(drops.lost(), 14);
         assert_eq!(twice.combine(drops, u64::saturating_sub), drops);
+    }
+
+    #[test]
+    fn drops_of_a_runner_without_checksum_errors_parse_as_zero() {
+        let drops: QueueDrops = serde_json::from_value(json!({
+            "rxDropped": 1, "rxRingFull": 2, "rxFillRingEmpty": 3, "txRingEmpty": 4,
+            "txRingFull": 5
+        }))
+        .unwrap();
+        assert_eq!((drops.tx_ring_full, drops.checksum_errors), (5, 0));
     }
 
     #[test]
@@ -313,10 +358,11 @@ mod tests {
         later["drops"] = json!(5);
         later["shards"][0]["rxBytes"] = json!(9000);
         assert_eq!(serde_json::from_value::<RunnerStats>(later).unwrap(), stats);
-        // Backend, steering and stop are optional: a document without them still parses.
+        // Backend, steering, checksum offload and stop are optional: a document without them
+        // still parses.
         let mut earlier = json;
         let object = earlier.as_object_mut().unwrap();
-        for field in ["backend", "steering", "stop"] {
+        for field in ["backend", "steering", "checksumOffload", "stop"] {
             object.remove(field);
         }
         // So are a shard's load and drops.
@@ -326,8 +372,13 @@ mod tests {
         }
         let parsed: RunnerStats = serde_json::from_value(earlier).unwrap();
         assert_eq!(
-            (parsed.backend, parsed.steering, parsed.stop),
-            (None, None, None)
+            (
+                parsed.backend,
+                parsed.steering,
+                parsed.checksum_offload,
+                parsed.stop
+            ),
+            (None, None, None, None)
         );
         let shard = &parsed.shards[0];
         assert_eq!(

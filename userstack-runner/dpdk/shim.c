@@ -70,3 +70,33 @@ uint64_t hs_rss_ipv4_tcp(void)
 {
 	return RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP;
 }
+
+uint64_t hs_rx_offload_tcp_cksum(void)
+{
+	return RTE_ETH_RX_OFFLOAD_TCP_CKSUM;
+}
+
+uint64_t hs_tx_offload_tcp_cksum(void)
+{
+	return RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+}
+
+int hs_mbuf_rx_l4_cksum(const struct rte_mbuf *m)
+{
+	switch (m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK) {
+	case RTE_MBUF_F_RX_L4_CKSUM_GOOD:
+	case RTE_MBUF_F_RX_L4_CKSUM_NONE:
+		return 1;
+	case RTE_MBUF_F_RX_L4_CKSUM_BAD:
+		return -1;
+	default:
+		return 0;
+	}
+}
+
+void hs_mbuf_tx_tcp_cksum(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len)
+{
+	m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_TCP_CKSUM;
+	m->l2_len = l2_len;
+	m->l3_len = l3_len;
+}

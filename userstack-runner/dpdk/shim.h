@@ -42,4 +42,18 @@ uint16_t hs_default_buf_size(void);
 /* RTE_ETH_RSS_IPV4 | RTE_ETH_RSS_NONFRAG_IPV4_TCP (macros bindgen cannot evaluate). */
 uint64_t hs_rss_ipv4_tcp(void);
 
+/* RTE_ETH_RX_OFFLOAD_TCP_CKSUM and RTE_ETH_TX_OFFLOAD_TCP_CKSUM (RTE_BIT64 macros). */
+uint64_t hs_rx_offload_tcp_cksum(void);
+uint64_t hs_tx_offload_tcp_cksum(void);
+
+/* What the PMD says about a received mbuf's L4 checksum (ol_flags &
+ * RTE_MBUF_F_RX_L4_CKSUM_MASK): 1 when GOOD or NONE (valid data whose checksum is not filled
+ * in, virtio's NEEDS_CSUM), -1 when BAD, 0 when UNKNOWN. */
+int hs_mbuf_rx_l4_cksum(const struct rte_mbuf *m);
+
+/* Asks the PMD to complete the TCP checksum of the IPv4 packet in m, whose checksum field
+ * holds the pseudo-header sum: RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_TCP_CKSUM, with the
+ * Ethernet and IP header lengths. */
+void hs_mbuf_tx_tcp_cksum(struct rte_mbuf *m, uint16_t l2_len, uint16_t l3_len);
+
 #endif

@@ -12,7 +12,7 @@
 //! unshare's reason.
 //!
 //! Addresses: 198.19.64.0/24 (runner, veth `usv0`/`usv1`), 198.19.65.0/24 (in-process
-//! client, `usv2`/`usv3`), 198.19.66.0/24 (TAP). The stack is .50, the node's kernel .1, the
+//! client, `usv2`/`usv3`), 198.19.66.0/24 (TAP, `ustap0`). The stack is .50, the node's kernel .1, the
 //! client namespace .2.
 //!
 //! CPU: the machine has two cores. The runner gets one shard pinned to the last core; a shard
@@ -74,22 +74,26 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Sends `data` over a kernel connection to `to` and reads back as many bytes (echo).
+/// Sends `data` over a kernel connection to `to` from the client namespace and reads back as
+/// many bytes (echo).
 fn echo_through(to: SocketAddrV4, data: Vec<u8>) -> Vec<u8> {
-    as_client(move || {
-        let stream = TcpStream::connect_timeout(&to.into(), PATIENCE).expect("connect");
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        let mut writer = stream.try_clone().unwrap();
-        let len = data.len();
-        let sender = std::thread::spawn(move || {
-            writer.write_all(&data).expect("write");
-            writer.shutdown(Shutdown::Write).unwrap();
-        });
-        let mut back = Vec::with_capacity(len);
-        (&stream).read_to_end(&mut back).expect("read");
-        sender.join().unwrap();
-        back
-    })
+    as_client(move || echo_here(to, data))
+}
+
+/// [`echo_through`] from the calling thread's namespace.
+fn echo_here(to: SocketAddrV4, data: Vec<u8>) -> Vec<u8> {
+    let stream = TcpStream::connect_timeout(&to.into(), PATIENCE).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let len = data.len();
+    let sender = std::thread::spawn(move || {
+        writer.write_all(&data).expect("write");
+        writer.shutdown(Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::with_capacity(len);
+    (&stream).read_to_end(&mut back).expect("read");
+    sender.join().unwrap();
+    back
 }
 
 /// The router namespace of the lossy path.
@@ -523,6 +527,111 @@ fn tap_backend_serves_curl() {
     });
 }
 
+/// Sends one TCP segment (an ACK for no connection, from port 40000 to `to`) through a raw
+/// IP socket: the kernel adds the IP header and leaves the TCP checksum as given, whole and
+/// right or, with `corrupt`, wrong. The frame reaches the device with no checksum flag.
+fn send_raw_tcp(from: Ipv4Addr, to: SocketAddrV4, corrupt: bool) {
+    let repr = userstack::wire::TcpRepr {
+        src_port: 40000,
+        dst_port: to.port(),
+        seq_number: userstack::wire::SeqNumber(1),
+        ack_number: userstack::wire::SeqNumber(1),
+        flags: userstack::wire::TcpFlags(userstack::wire::TcpFlags::ACK),
+        window_len: 1024,
+        ..userstack::wire::TcpRepr::default()
+    };
+    let mut segment = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut segment, from, *to.ip());
+    if corrupt {
+        segment[16] ^= 0x5a;
+    }
+    // SAFETY: plain socket(2), closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_TCP) };
+    assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+    let address = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(to.ip().octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: segment and address are valid for their lengths; fd is ours.
+    let sent = unsafe {
+        libc::sendto(
+            fd,
+            segment.as_ptr().cast(),
+            segment.len(),
+            0,
+            (&address as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    let error = std::io::Error::last_os_error();
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    assert_eq!(sent, segment.len() as isize, "sendto: {error}");
+}
+
+/// TCP checksum offload on the TAP backend, both ways, against the kernel: the runner reports
+/// it (`checksumOffload`), the kernel sees a device that takes partial checksums (ethtool's
+/// `tx-checksumming`), 1 MiB echoes byte-exact (the kernel's segments arrive with partial
+/// checksums the device trusts, the stack's leave with partial checksums the kernel takes),
+/// and a segment from a raw socket with a wrong checksum (no flag: checked in software) is
+/// dropped and counted in the device's drops and in netstat, while the same segment with a
+/// right checksum reaches the stack.
+#[test]
+fn tap_offloads_checksums_and_drops_corrupt_segments() {
+    in_namespaces("tap_offloads_checksums_and_drops_corrupt_segments", || {
+        let stack = Ipv4Addr::new(198, 19, 66, 50);
+        let kernel = Ipv4Addr::new(198, 19, 66, 1);
+        let config = serde_json::json!({
+            "interface": "ustap0",
+            "backend": "tap",
+            "cores": [shard_core()],
+            "address": format!("{stack}/24"),
+            "services": [ { "kind": "Echo", "port": 7 } ]
+        });
+        let mut runner = Runner::start(&config);
+        assert_eq!(
+            runner.stats()["checksumOffload"],
+            serde_json::json!({ "rx": true, "tx": true })
+        );
+        sh(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{kernel}/24"),
+            "dev",
+            "ustap0",
+        ]);
+        sh(&["ip", "link", "set", "ustap0", "up"]);
+        let features = sh(&["ethtool", "-k", "ustap0"]);
+        assert!(features.contains("tx-checksumming: on"), "{features}");
+
+        let data = pattern(1 << 20);
+        let back = echo_here(SocketAddrV4::new(stack, 7), data.clone());
+        assert!(back == data, "the echo came back different");
+        let checksum_errors = |s: &Value| s["shards"][0]["drops"]["checksumErrors"].as_u64();
+        let stats = runner.wait_for(|s| checksum_errors(s).is_some());
+        assert_eq!(checksum_errors(&stats), Some(0), "{stats}");
+        assert_eq!(stats["netstat"]["Tcp"]["InCsumErrors"], 0, "{stats}");
+
+        send_raw_tcp(kernel, SocketAddrV4::new(stack, 7), true);
+        let stats = runner.wait_for(|s| checksum_errors(s) == Some(1));
+        assert_eq!(stats["netstat"]["Tcp"]["InCsumErrors"], 1, "{stats}");
+        let segments = runner.counter("Tcp", "InSegs");
+        send_raw_tcp(kernel, SocketAddrV4::new(stack, 7), false);
+        let stats = runner.wait_for(|s| {
+            s["netstat"]["Tcp"]["InSegs"]
+                .as_u64()
+                .is_some_and(|n| n > segments)
+        });
+        assert_eq!(checksum_errors(&stats), Some(1), "{stats}");
+        runner.stop();
+    });
+}
+
 /// A userstack client in this process (AF_XDP on `usv2`) against kernel TCP servers in the
 /// client namespace: 4 MiB up to a kernel sink and 4 MiB down from a kernel source arrive
 /// byte-exact over a clean path and over one dropping 1% and 5% of the TCP packets reaching
@@ -625,9 +734,12 @@ struct Client {
 
 impl Client {
     fn new(interface: &str, ip: Ipv4Addr) -> Client {
-        let mut config = StackConfig::new(interface::mac_address(interface).unwrap(), ip, 24);
-        config.rx_checksum_offload = interface::frames_never_cross_a_wire(interface);
         let socket = XdpSocket::open(interface, 0).unwrap();
+        let mut config = StackConfig::new(interface::mac_address(interface).unwrap(), ip, 24);
+        // On a veth: received checksums verified, none completed on transmit.
+        let offload = socket.checksum_offload();
+        assert!(offload.rx_verified && !offload.tx_completes, "{offload:?}");
+        config.rx_checksum_offload = offload.rx_verified;
         let rules = RedirectRules {
             address: ip,
             ports: vec![],

@@ -5,14 +5,29 @@
 //! [`DpdkQueue`]. Frames are copied between mbufs and the [`Device`] trait's buffers. The
 //! device takes its own [`PortConfig`]; the runtime fills it from the runner's config.
 //!
+//! TCP checksum offload where the port offers it (virtio's PMD does when the host device
+//! negotiates `VIRTIO_NET_F_GUEST_CSUM` and `VIRTIO_NET_F_CSUM`, as QEMU's tap netdev does):
+//! - receive (`RTE_ETH_RX_OFFLOAD_TCP_CKSUM` in `rx_offload_capa`, enabled in
+//!   `rxmode.offloads`): each mbuf's `RTE_MBUF_F_RX_L4_CKSUM_*` flag decides — GOOD, and NONE
+//!   (the data is valid, the checksum was never filled in: virtio's NEEDS_CSUM), hand the
+//!   frame over; BAD drops and counts it; UNKNOWN has it checked in software first. The stack
+//!   then checks no TCP checksum. Without the capability every flag would be UNKNOWN, so the
+//!   stack checks them itself.
+//! - transmit (`RTE_ETH_TX_OFFLOAD_TCP_CKSUM` in `tx_offload_capa`, enabled in
+//!   `txmode.offloads`): an IPv4/TCP frame whose checksum field holds the pseudo-header sum
+//!   (the stack's tx offload, which is what DPDK expects there) goes out with
+//!   `RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_TCP_CKSUM`, `l2_len` and `l3_len`.
+//!
 //! The bindings are generated at build time (bindgen over `dpdk/shim.h` against `pkg-config
-//! libdpdk`); DPDK's inline burst and mbuf functions come through the C shim `dpdk/shim.c`.
+//! libdpdk`); DPDK's inline burst and mbuf functions and its flag macros come through the C
+//! shim `dpdk/shim.c`.
 
-use super::Device;
+use super::{ChecksumOffload, Device, RxChecksum};
+use hoststack_runner_api::QueueDrops;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use userstack::wire::EthernetAddress;
+use userstack::wire::{offload, EthernetAddress};
 
 #[allow(
     non_camel_case_types,
@@ -212,6 +227,10 @@ pub struct DpdkQueue {
     queue: u16,
     mbufs: [*mut sys::rte_mbuf; BURST],
     spare: Vec<Vec<u8>>,
+    /// What the port does with TCP checksums (the same for every queue).
+    offload: ChecksumOffload,
+    /// Received TCP frames dropped for a bad checksum.
+    checksum_errors: u64,
 }
 
 // SAFETY: a queue pair is used by the one thread that owns this value; the mbuf pointers
@@ -256,7 +275,7 @@ pub fn open(config: &PortConfig, rss_key: &[u8]) -> Result<Opened, String> {
             code_error(rc)
         ));
     }
-    let (port, reta_size) = configure(id, queues, config, rss_key)?;
+    let (port, reta_size, offload) = configure(id, queues, config, rss_key)?;
     let port = Arc::new(port);
     let mut mac = sys::rte_ether_addr::default();
     // SAFETY: mac is a valid rte_ether_addr for the started port.
@@ -276,6 +295,8 @@ pub fn open(config: &PortConfig, rss_key: &[u8]) -> Result<Opened, String> {
             queue,
             mbufs: [std::ptr::null_mut(); BURST],
             spare: Vec::with_capacity(SPARE_BUFFERS),
+            offload,
+            checksum_errors: 0,
         })
         .collect();
     Ok(Opened {
@@ -288,14 +309,15 @@ pub fn open(config: &PortConfig, rss_key: &[u8]) -> Result<Opened, String> {
 
 /// Configures port `id` with `queues` queue pairs (RSS over IPv4/TCP with `rss_key` when more
 /// than one: left unset, the PMD picks its own key — virtio's is random — and the stack
-/// could not predict the queues), creates the mempool, sets the queues up and starts the
-/// port. Also returns the size of its RSS redirection table.
+/// could not predict the queues) and the TCP checksum offloads it offers (see the module
+/// doc), creates the mempool, sets the queues up and starts the port. Also returns the size
+/// of its RSS redirection table and the checksum offloads enabled.
 fn configure(
     id: u16,
     queues: usize,
     config: &PortConfig,
     rss_key: &[u8],
-) -> Result<(Port, u16), String> {
+) -> Result<(Port, u16, ChecksumOffload), String> {
     let mut info = sys::rte_eth_dev_info::default();
     // SAFETY: info is a valid rte_eth_dev_info.
     let rc = unsafe { sys::rte_eth_dev_info_get(id, &mut info) };
@@ -335,6 +357,23 @@ fn configure(
         // DPDK copies the key during rte_eth_dev_configure; it is never written through.
         conf.rx_adv_conf.rss_conf.rss_key = rss_key.as_ptr().cast_mut();
         conf.rx_adv_conf.rss_conf.rss_key_len = info.hash_key_size;
+    }
+    // SAFETY: return constants.
+    let (rx_tcp, tx_tcp) = unsafe {
+        (
+            sys::hs_rx_offload_tcp_cksum(),
+            sys::hs_tx_offload_tcp_cksum(),
+        )
+    };
+    let offload = ChecksumOffload {
+        rx_verified: info.rx_offload_capa & rx_tcp != 0,
+        tx_completes: info.tx_offload_capa & tx_tcp != 0,
+    };
+    if offload.rx_verified {
+        conf.rxmode.offloads |= rx_tcp;
+    }
+    if offload.tx_completes {
+        conf.txmode.offloads |= tx_tcp;
     }
     // SAFETY: conf is a valid rte_eth_conf; the port is not started.
     let rc = unsafe { sys::rte_eth_dev_configure(id, queues as u16, queues as u16, &conf) };
@@ -396,7 +435,7 @@ fn configure(
     if rc != 0 {
         return Err(format!("rte_eth_dev_start: {}", code_error(rc)));
     }
-    Ok((port, info.reta_size))
+    Ok((port, info.reta_size, offload))
 }
 
 impl DpdkQueue {
@@ -421,6 +460,15 @@ impl Device for DpdkQueue {
                 )
             });
             for &mbuf in &self.mbufs[..got] {
+                // Without rx offload the stack checks every checksum itself.
+                let checksum = self.offload.rx_verified.then(|| {
+                    // SAFETY: mbuf was just received.
+                    match unsafe { sys::hs_mbuf_rx_l4_cksum(mbuf) } {
+                        0 => RxChecksum::Unknown,
+                        flag if flag < 0 => RxChecksum::Bad,
+                        _ => RxChecksum::Verified,
+                    }
+                });
                 let mut buffer = self
                     .spare
                     .pop()
@@ -431,11 +479,17 @@ impl Device for DpdkQueue {
                     unsafe { sys::hs_mbuf_copy_out(mbuf, buffer.as_mut_ptr(), MAX_FRAME as u32) };
                 // SAFETY: the mbuf is ours and no longer used.
                 unsafe { sys::hs_mbuf_free(mbuf) };
-                if let Ok(len) = usize::try_from(len) {
-                    buffer.truncate(len);
-                    batch.push(buffer);
-                } else {
-                    self.spare.push(buffer);
+                match usize::try_from(len) {
+                    Ok(len) => {
+                        buffer.truncate(len);
+                        if checksum.is_none_or(|c| c.admits(&buffer)) {
+                            batch.push(buffer);
+                        } else {
+                            self.checksum_errors += 1;
+                            self.spare.push(buffer);
+                        }
+                    }
+                    Err(_) => self.spare.push(buffer),
                 }
             }
             left -= got;
@@ -455,6 +509,18 @@ impl Device for DpdkQueue {
                     sys::hs_mbuf_from(self.port.pool, frame.as_ptr(), frame.len() as u32)
                 };
                 if !mbuf.is_null() {
+                    if self.offload.tx_completes {
+                        if let Some(partial) = offload::partial_tcp_checksum(&frame) {
+                            // SAFETY: mbuf is ours; both lengths are below 128.
+                            unsafe {
+                                sys::hs_mbuf_tx_tcp_cksum(
+                                    mbuf,
+                                    (partial.start - partial.ip_header_len) as u16,
+                                    partial.ip_header_len as u16,
+                                )
+                            };
+                        }
+                    }
                     self.mbufs[filled] = mbuf;
                     filled += 1;
                 }
@@ -485,6 +551,17 @@ impl Device for DpdkQueue {
                 unsafe { sys::hs_mbuf_free(mbuf) };
             }
         }
+    }
+
+    fn drops(&self) -> Option<QueueDrops> {
+        Some(QueueDrops {
+            checksum_errors: self.checksum_errors,
+            ..QueueDrops::default()
+        })
+    }
+
+    fn checksum_offload(&self) -> ChecksumOffload {
+        self.offload
     }
 }
 

@@ -16,6 +16,47 @@ use hoststack_runner_api::QueueDrops;
 use std::os::fd::RawFd;
 use userstack::stack::Stack;
 use userstack::time::Instant;
+use userstack::wire::offload::{self, TcpChecksum};
+
+/// The TCP checksum work a device does, from which the runtime sets the stack's
+/// `rx_checksum_offload` and `tx_checksum_offload`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChecksumOffload {
+    /// Every TCP frame the device hands over has a checksum that the hardware or kernel
+    /// verified, or that was generated on this host and is trusted (a kernel's partial
+    /// checksum); a frame the hardware said nothing about is checked by the device in
+    /// software first, and a frame flagged or found bad is dropped and counted
+    /// ([`QueueDrops::checksum_errors`]). The stack then checks no TCP checksum.
+    pub rx_verified: bool,
+    /// The device completes a TCP checksum whose field holds only the pseudo-header sum
+    /// (Linux's CHECKSUM_PARTIAL), so the stack may leave it so; frames with whole checksums
+    /// go out unchanged.
+    pub tx_completes: bool,
+}
+
+/// What a device's hardware (or kernel) said about the TCP checksum of one received frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxChecksum {
+    /// Verified, or left partial by the host that made the frame (nothing crossed a wire).
+    Verified,
+    /// Found wrong.
+    Bad,
+    /// Nothing: the device checks it in software.
+    Unknown,
+}
+
+impl RxChecksum {
+    /// Whether a device with [`ChecksumOffload::rx_verified`] may hand `frame` to its
+    /// stack: vouched for, or not flagged bad and not found bad in software (frames other
+    /// than IPv4/TCP pass; the stack checks those itself).
+    pub fn admits(self, frame: &[u8]) -> bool {
+        match self {
+            RxChecksum::Verified => true,
+            RxChecksum::Bad => false,
+            RxChecksum::Unknown => offload::tcp_checksum(frame) != TcpChecksum::Bad,
+        }
+    }
+}
 
 /// A source and sink of Ethernet frames, moved in batches.
 pub trait Device {
@@ -32,6 +73,11 @@ pub trait Device {
     /// otherwise.
     fn drops(&self) -> Option<QueueDrops> {
         None
+    }
+    /// The TCP checksum work the device does; by default none, and the stack computes and
+    /// checks every checksum itself.
+    fn checksum_offload(&self) -> ChecksumOffload {
+        ChecksumOffload::default()
     }
 }
 

@@ -4,7 +4,8 @@
 //! their shard through the NIC's RSS ([`userstack::rss`]): the runtime steers by the NIC's own key
 //! and table when the config has them (`rss`, read by the agent), by the configured key
 //! otherwise ([`Runtime::steering`], [`steering`]); an active open picks a source port that
-//! hashes back to its own queue ([`userstack::rss::RssTable::connect`]).
+//! hashes back to its own queue ([`userstack::rss::RssTable::connect`]). Each shard's stack
+//! skips the TCP checksum work its device does ([`crate::device::Device::checksum_offload`]).
 
 pub mod config;
 pub mod interface;
@@ -18,8 +19,8 @@ use crate::device::tap::Tap;
 use crate::device::xdp_redirect::{RedirectProgram, RedirectRules};
 use crate::device::Device;
 use hoststack_runner_api::{
-    Backend, RunState, RunnerConfig, RunnerStats, ServiceKind, ServiceStats, ShardStats,
-    SteeringStats, StopStats,
+    Backend, ChecksumOffloadStats, RunState, RunnerConfig, RunnerStats, ServiceKind, ServiceStats,
+    ShardStats, SteeringStats, StopStats,
 };
 use services::{HttpResponses, ServiceSpec};
 use shard::{Control, Shard, ShardFigures};
@@ -28,6 +29,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use steering::Steering;
+use userstack::counters::Counter;
 use userstack::rss::to_hex;
 use userstack::stack::{Stack, StackConfig};
 use userstack::tcp;
@@ -45,6 +47,8 @@ pub struct Runtime {
     mode: &'static str,
     services: Vec<ServiceStats>,
     steering: Steering,
+    /// What every shard's device does for its stack.
+    checksum_offload: ChecksumOffloadStats,
 }
 
 /// Pins the calling thread to `core`.
@@ -137,8 +141,6 @@ impl Runtime {
             Backend::AfXdp => {
                 stack_config.mac = interface::mac_address(&config.interface)?;
                 stack_config.mtu = interface::mtu(&config.interface)?.min(FRAME_MTU);
-                stack_config.rx_checksum_offload =
-                    interface::frames_never_cross_a_wire(&config.interface);
                 let mut sockets = Vec::new();
                 for queue in 0..config.cores.len() as u32 {
                     let socket = XdpSocket::open(&config.interface, queue).map_err(|e| {
@@ -209,9 +211,20 @@ impl Runtime {
         let mut threads = Vec::new();
         let connections = config::client_connections(config)?;
         let shard_count = config.cores.len();
+        let mut checksum_offload = ChecksumOffloadStats { rx: true, tx: true };
         for (queue, (&core, device)) in config.cores.iter().zip(devices).enumerate() {
             let figures = Arc::new(ShardFigures::default());
-            let mut stack = Stack::new(stack_config, Instant::ZERO);
+            let offload = device.checksum_offload();
+            checksum_offload.rx &= offload.rx_verified;
+            checksum_offload.tx &= offload.tx_completes;
+            let mut stack = Stack::new(
+                StackConfig {
+                    rx_checksum_offload: offload.rx_verified,
+                    tx_checksum_offload: offload.tx_completes,
+                    ..stack_config
+                },
+                Instant::ZERO,
+            );
             // Connection j opens on shard j mod shards, from a port whose replies the NIC
             // steers back to that shard's queue.
             let clients = connections
@@ -259,6 +272,7 @@ impl Runtime {
                 })
                 .collect(),
             steering,
+            checksum_offload,
         };
         for _ in 0..runtime.threads.len() {
             let answer = ready_rx
@@ -272,7 +286,9 @@ impl Runtime {
         Ok(runtime)
     }
 
-    /// The stats document in `state`.
+    /// The stats document in `state`. TCP frames a device dropped for a bad checksum count
+    /// in `netstat` as well (`InCsumErrors`, `InErrs`), where Linux and the stack count them,
+    /// so the counters read the same with checksum offload on or off.
     pub fn stats(&self, state: RunState) -> RunnerStats {
         let mut counters = userstack::counters::Counters::default();
         let mut stop = StopStats::default();
@@ -281,6 +297,10 @@ impl Runtime {
             if let Ok(c) = figures.counters.lock() {
                 counters.merge(&c);
             }
+            let drops = figures.drops.lock().ok().and_then(|d| *d);
+            let checksum_errors = drops.map_or(0, |d| d.checksum_errors);
+            counters.add(Counter::InCsumErrors, checksum_errors);
+            counters.add(Counter::InErrs, checksum_errors);
             let s = figures.stop();
             stop.drained += s.drained;
             stop.reset += s.reset;
@@ -292,7 +312,7 @@ impl Runtime {
                 connections: figures.connections.load(Ordering::Relaxed),
                 busy_nanos: figures.busy_nanos.load(Ordering::Relaxed),
                 run_nanos: figures.run_nanos.load(Ordering::Relaxed),
-                drops: figures.drops.lock().ok().and_then(|d| *d),
+                drops,
             });
         }
         RunnerStats {
@@ -307,6 +327,7 @@ impl Runtime {
                 key: to_hex(&self.steering.table.key),
                 indirection_size: self.steering.table.indirection.len() as u32,
             }),
+            checksum_offload: Some(self.checksum_offload),
             netstat: stats::netstat(&counters),
             stop: matches!(state, RunState::Draining | RunState::Stopped).then_some(stop),
         }

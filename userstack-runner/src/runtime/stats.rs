@@ -37,8 +37,8 @@ pub fn write(path: &Path, stats: &RunnerStats) -> io::Result<()> {
 mod tests {
     use super::*;
     use hoststack_runner_api::{
-        Backend, RunState, ServiceKind, ServiceStats, ShardStats, SteeringSource, SteeringStats,
-        StopStats,
+        Backend, ChecksumOffloadStats, RunState, ServiceKind, ServiceStats, ShardStats,
+        SteeringSource, SteeringStats, StopStats,
     };
     use userstack::counters::Counter;
 
@@ -82,6 +82,7 @@ mod tests {
                 key: "6d5a56da".into(),
                 indirection_size: 128,
             }),
+            checksum_offload: Some(ChecksumOffloadStats { rx: true, tx: true }),
             netstat: netstat(&Counters::default()),
             stop: Some(StopStats {
                 drained: 1,
@@ -97,6 +98,10 @@ mod tests {
         assert_eq!(value["services"][0]["kind"], "Http");
         assert_eq!(value["netstat"]["Tcp"]["OutSegs"], 0);
         assert_eq!(value["stop"]["reset"], 2);
+        assert_eq!(
+            value["checksumOffload"],
+            serde_json::json!({ "rx": true, "tx": true })
+        );
         assert_eq!(
             value["steering"],
             serde_json::json!({ "source": "nic", "key": "6d5a56da", "indirectionSize": 128 })

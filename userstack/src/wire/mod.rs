@@ -8,6 +8,7 @@ mod error;
 pub mod ethernet;
 pub mod icmp;
 pub mod ipv4;
+pub mod offload;
 pub mod tcp;
 
 pub use arp::{ArpOperation, ArpRepr};
