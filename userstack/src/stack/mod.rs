@@ -25,6 +25,7 @@ pub use timer_wheel::TimerWheel;
 use crate::counters::{Counter, Counters};
 use crate::tcp::{self, Connection, State};
 use crate::time::Instant;
+use crate::wire::template::Ipv4Template;
 use crate::wire::{
     arp, ethernet, ethertype, icmp, ipv4, tcp as tcp_wire, ArpOperation, ArpRepr, EthernetAddress,
     EthernetRepr, IcmpRepr, Ipv4Repr, ParseError, SeqNumber, TcpFlags, TcpRepr,
@@ -145,6 +146,8 @@ enum Rings {
 #[derive(Debug)]
 struct Slot {
     conn: Connection,
+    /// The IPv4 header of the connection's segments, patched per packet.
+    ip_template: Ipv4Template,
     generation: u32,
     timer_generation: u32,
     scheduled: Option<Instant>,
@@ -583,8 +586,19 @@ impl Stack {
         };
         let generation = self.generations[index as usize].wrapping_add(1);
         self.generations[index as usize] = generation;
+        let ip_template = Ipv4Template::new(&Ipv4Repr {
+            src_addr: *tuple.local.ip(),
+            dst_addr: *tuple.remote.ip(),
+            protocol: ipv4::protocol::TCP,
+            payload_len: 0,
+            ttl: 64,
+            tos: 0,
+            ident: 0,
+            dont_fragment: true,
+        });
         self.slots[index as usize] = Some(Slot {
             conn,
+            ip_template,
             generation,
             timer_generation: 0,
             scheduled: None,
@@ -670,22 +684,13 @@ impl Stack {
                 *spare = Some(frame);
                 return;
             };
-            let (local, remote) = (slot.conn.local(), slot.conn.remote());
+            let remote = *slot.conn.remote().ip();
             frame.truncate(TCP_OFFSET + len);
             self.counters.bump(Counter::IpOutRequests);
             self.ip_ident = self.ip_ident.wrapping_add(1);
-            let ip = Ipv4Repr {
-                src_addr: *local.ip(),
-                dst_addr: *remote.ip(),
-                protocol: ipv4::protocol::TCP,
-                payload_len: len,
-                ttl: 64,
-                tos: 0,
-                ident: self.ip_ident,
-                dont_fragment: true,
-            };
-            ip.emit(&mut frame[ethernet::HEADER_LEN..]);
-            self.send_ip_frame(frame, *remote.ip(), out);
+            slot.ip_template
+                .emit(&mut frame[ethernet::HEADER_LEN..], len, self.ip_ident);
+            self.send_ip_frame(frame, remote, out);
         }
     }
 

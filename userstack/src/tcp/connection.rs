@@ -12,6 +12,7 @@ use super::scoreboard::{Scoreboard, SentSegment};
 use crate::counters::{Counter, Counters};
 use crate::time::Instant;
 use crate::wire::tcp::{emit_header, fill_checksum, fill_partial_checksum};
+use crate::wire::template::{TcpChecksum, TcpFields, TcpTemplate};
 use crate::wire::{SackBlocks, SeqNumber, TcpFlags, TcpOptions, TcpRepr};
 use core::time::Duration;
 use std::net::SocketAddrV4;
@@ -238,6 +239,8 @@ pub struct Connection {
     stats: ConnectionStats,
     /// The device completes TCP checksums of data segments (see `set_tx_checksum_offload`).
     tx_checksum_offload: bool,
+    /// The header of data and ACK segments without SACK blocks, patched per segment.
+    template: TcpTemplate,
 }
 
 impl Connection {
@@ -333,6 +336,7 @@ impl Connection {
             counters: Counters::default(),
             stats: ConnectionStats::default(),
             tx_checksum_offload: false,
+            template: TcpTemplate::new(local, remote),
             config,
         }
     }
@@ -2068,6 +2072,62 @@ impl Connection {
         len: usize,
     ) -> usize {
         // The window is computed as the segment leaves, never earlier (RFC 9293 3.8.6.2.2).
+        let window_len = self.window_to_advertise();
+        let fields = TcpFields {
+            seq_number: seq,
+            ack_number: self.rcv_nxt,
+            flags: TcpFlags(flags),
+            window_len,
+            timestamps: self.ts_ok.then(|| (self.ts_now(now), self.ts_recent)),
+        };
+        let mut sack_blocks = SackBlocks::default();
+        if self.sack_ok {
+            let limit = if self.ts_ok { 3 } else { 4 };
+            if let Some((left, right)) = self.dsack.take() {
+                sack_blocks.push(left, right);
+            }
+            for (start, end) in self.assembler.recent_ranges() {
+                if sack_blocks.len() >= limit {
+                    break;
+                }
+                sack_blocks.push(self.rcv_nxt + start, self.rcv_nxt + end);
+            }
+        }
+        // Without SACK blocks the header is the connection's template (timestamps or no
+        // options), patched; SACK blocks take the general emitter.
+        let templated = sack_blocks.is_empty();
+        let header_len = if templated {
+            fields.header_len()
+        } else {
+            self.emit_sack_header(buffer, &fields, sack_blocks, len)
+        };
+        let copied = self
+            .send_buffer
+            .peek(offset, &mut buffer[header_len..header_len + len]);
+        debug_assert_eq!(copied, len);
+        let segment = &mut buffer[..header_len + len];
+        let (local, remote) = (*self.local.ip(), *self.remote.ip());
+        match (templated, self.tx_checksum_offload) {
+            (true, false) => self.template.emit(segment, &fields, TcpChecksum::Full),
+            (true, true) => self.template.emit(segment, &fields, TcpChecksum::Partial),
+            (false, false) => fill_checksum(segment, local, remote),
+            (false, true) => fill_partial_checksum(segment, local, remote),
+        }
+        self.last_ack_sent = self.rcv_nxt;
+        self.ack_now = false;
+        if flags & TcpFlags::SYN == 0 && self.dupacks_owed > 0 && len > 0 {
+            // A data segment carries the ACK too.
+            self.dupacks_owed -= 1;
+        }
+        self.delack_deadline = None;
+        self.last_send = now;
+        self.counters.bump(Counter::OutSegs);
+        header_len + len
+    }
+
+    /// The window field of the next segment (its unscaled value), recording the right edge
+    /// advertised and the moves to and from a zero window.
+    fn window_to_advertise(&mut self) -> u16 {
         let free = self.recv_buffer.free().min(0xffff << self.rcv_wscale) as u32;
         let right = (self.rcv_nxt + free).max(self.rcv_adv);
         let window = right.distance_from(self.rcv_nxt);
@@ -2082,68 +2142,39 @@ impl Connection {
             self.zero_window_advertised = false;
             self.counters.bump(Counter::TCPFromZeroWindowAdv);
         }
-        let mut options = TcpOptions::default();
-        if self.ts_ok {
-            options.timestamps = Some((self.ts_now(now), self.ts_recent));
-        }
-        if self.sack_ok {
-            let limit = if self.ts_ok { 3 } else { 4 };
-            if let Some((left, right)) = self.dsack.take() {
-                options.sack_blocks.push(left, right);
-            }
-            for (start, end) in self.assembler.recent_ranges() {
-                if options.sack_blocks.len() >= limit {
-                    break;
-                }
-                options
-                    .sack_blocks
-                    .push(self.rcv_nxt + start, self.rcv_nxt + end);
-            }
-        }
-        let repr = TcpRepr {
+        window_len
+    }
+
+    /// Writes the header of a segment carrying `sack_blocks` with the general emitter (the
+    /// template covers only the no-options and timestamps-only layouts), shedding blocks that
+    /// would not fit with `len` bytes of payload; returns the header length.
+    fn emit_sack_header(
+        &self,
+        buffer: &mut [u8],
+        fields: &TcpFields,
+        sack_blocks: SackBlocks,
+        len: usize,
+    ) -> usize {
+        let mut repr = TcpRepr {
             src_port: self.local.port(),
             dst_port: self.remote.port(),
-            seq_number: seq,
-            ack_number: self.rcv_nxt,
-            flags: TcpFlags(flags),
-            window_len,
+            seq_number: fields.seq_number,
+            ack_number: fields.ack_number,
+            flags: fields.flags,
+            window_len: fields.window_len,
             urgent_pointer: 0,
-            options,
+            options: TcpOptions {
+                timestamps: fields.timestamps,
+                sack_blocks,
+                ..TcpOptions::default()
+            },
             payload: &[],
         };
-        let mut repr = repr;
         while repr.header_len() + len > buffer.len() && !repr.options.sack_blocks.is_empty() {
             // A retransmission sized before SACK blocks were due: shed blocks to fit.
             let keep = repr.options.sack_blocks.len() - 1;
             repr.options.sack_blocks.truncate(keep);
         }
-        let header_len = emit_header(&repr, buffer);
-        let copied = self
-            .send_buffer
-            .peek(offset, &mut buffer[header_len..header_len + len]);
-        debug_assert_eq!(copied, len);
-        if self.tx_checksum_offload {
-            fill_partial_checksum(
-                &mut buffer[..header_len + len],
-                *self.local.ip(),
-                *self.remote.ip(),
-            );
-        } else {
-            fill_checksum(
-                &mut buffer[..header_len + len],
-                *self.local.ip(),
-                *self.remote.ip(),
-            );
-        }
-        self.last_ack_sent = self.rcv_nxt;
-        self.ack_now = false;
-        if flags & TcpFlags::SYN == 0 && self.dupacks_owed > 0 && len > 0 {
-            // A data segment carries the ACK too.
-            self.dupacks_owed -= 1;
-        }
-        self.delack_deadline = None;
-        self.last_send = now;
-        self.counters.bump(Counter::OutSegs);
-        header_len + len
+        emit_header(&repr, buffer)
     }
 }

@@ -10,6 +10,7 @@ pub mod icmp;
 pub mod ipv4;
 pub mod offload;
 pub mod tcp;
+pub mod template;
 
 pub use arp::{ArpOperation, ArpRepr};
 pub use error::ParseError;
