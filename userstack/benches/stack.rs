@@ -7,6 +7,9 @@
 //! - `bulk_checksum_offload`: the same with TCP checksums left to the (imaginary) NIC on both
 //!   sides (userstack `rx/tx_checksum_offload`, smoltcp `ChecksumCapabilities::tcp = None`);
 //!   the IPv4 header checksum stays in software on both;
+//! - `bulk_in_place`: as `bulk_checksum`, with the application writing its data straight into
+//!   the send ring and taking it where it lies in the receive ring (userstack's `send_with` /
+//!   `recv_with`, smoltcp's `send` / `recv` closures): no socket copy on either side;
 //! - `rr_64`: 64-byte request, 64-byte response, Nagle off, 64 KiB buffers, software checksums;
 //!   a third side runs Linux's TCP over loopback in the same shape (both ends in this thread),
 //!   the per-core yardstick of user-space stacks;
@@ -27,7 +30,9 @@
 //! full-sized segment (userstack's `Config` default; smoltcp's `ack_delay` set to 40 ms, whose
 //! timer is forced once more than one MSS is unacknowledged). Both send at most one ACK per
 //! round for all the segments received in it. Both copy through their socket buffers
-//! (`send`/`recv` against `send_slice`/`recv_slice`). The polling pattern is the same: in each
+//! (`send`/`recv` against `send_slice`/`recv_slice`), except in `bulk_in_place`, where both
+//! lend their rings to the application (which fills what it sends and only looks at what it
+//! receives, the same on both sides). The polling pattern is the same: in each
 //! round a runs its timers, receives everything pending and transmits everything it may, then
 //! b does the same (userstack: `Pair::poll_round`, i.e. `poll_timers`, `ingress`, `egress`;
 //! smoltcp: `Interface::poll`, which loops ingress then egress until idle). Frame buffers come
@@ -170,6 +175,15 @@ fn main() {
             sides: vec![
                 ("userstack", Box::new(userstack_bulk(true))),
                 ("smoltcp", Box::new(smoltcp_bulk(true))),
+            ],
+        },
+        Benchmark {
+            name: "bulk_in_place",
+            unit: "MiB",
+            units: scale.bulk_mib,
+            sides: vec![
+                ("userstack", Box::new(userstack_bulk_in_place())),
+                ("smoltcp", Box::new(smoltcp_bulk_in_place())),
             ],
         },
         Benchmark {
@@ -447,6 +461,59 @@ fn userstack_bulk(offload: bool) -> impl FnMut(u64) -> Work {
     }
 }
 
+/// `bulk_checksum` with the rings lent to the application: per round it queues up to
+/// `CHUNK` bytes written in place, and takes everything received where it lies.
+fn userstack_bulk_in_place() -> impl FnMut(u64) -> Work {
+    let mut pair = Pair::with_offload(userstack_config(BULK_BUFFER, true), false);
+    pair.b.listen(80, 16).expect("listen");
+    let (client, server) = pair.connect(80);
+    move |mib| {
+        let bytes = mib as usize * MIB;
+        let mut work = Work::default();
+        let (mut sent, mut got) = (0, 0);
+        while got < bytes {
+            let mut queued = 0;
+            while sent < bytes && queued < CHUNK {
+                let left = (bytes - sent).min(CHUNK - queued);
+                let n = pair
+                    .a
+                    .send_with(client, |space| produce(space, left))
+                    .expect("send");
+                if n == 0 {
+                    break;
+                }
+                sent += n;
+                queued += n;
+            }
+            work.round(pair.poll_round() as u64);
+            loop {
+                let n = pair.b.recv_with(server, consume).expect("recv");
+                if n == 0 {
+                    break;
+                }
+                got += n;
+            }
+        }
+        black_box(got);
+        work
+    }
+}
+
+/// The application's side of an in-place send: fills up to `left` bytes of the ring's free
+/// space; how many it wrote.
+fn produce(space: &mut [u8], left: usize) -> usize {
+    let n = space.len().min(left);
+    space[..n].fill(0x42);
+    n
+}
+
+/// The application's side of an in-place receive: looks at the bytes where they lie and
+/// takes them all.
+fn consume(data: &[u8]) -> usize {
+    black_box(data);
+    data.len()
+}
+
 fn userstack_rr() -> impl FnMut(u64) -> Work {
     let mut pair = Pair::new(userstack_config(RR_BUFFER, false));
     pair.b.listen(80, 16).expect("listen");
@@ -550,6 +617,46 @@ fn smoltcp_bulk(offload: bool) -> impl FnMut(u64) -> Work {
             let server = pair.server();
             while server.can_recv() {
                 got += server.recv_slice(&mut sink).expect("recv");
+            }
+        }
+        black_box(got);
+        work
+    }
+}
+
+/// [`userstack_bulk_in_place`] on smoltcp: its `send` and `recv` closures lend the rings.
+fn smoltcp_bulk_in_place() -> impl FnMut(u64) -> Work {
+    let mut pair = smol::Pair::new(BULK_BUFFER, true, false);
+    move |mib| {
+        let bytes = mib as usize * MIB;
+        let mut work = Work::default();
+        let (mut sent, mut got) = (0, 0);
+        while got < bytes {
+            let mut queued = 0;
+            while sent < bytes && queued < CHUNK {
+                let left = (bytes - sent).min(CHUNK - queued);
+                let n = pair
+                    .client()
+                    .send(|space| {
+                        let n = produce(space, left);
+                        (n, n)
+                    })
+                    .expect("send");
+                if n == 0 {
+                    break;
+                }
+                sent += n;
+                queued += n;
+            }
+            work.round(pair.poll_round());
+            let server = pair.server();
+            while server.can_recv() {
+                got += server
+                    .recv(|data| {
+                        let n = consume(data);
+                        (n, n)
+                    })
+                    .expect("recv");
             }
         }
         black_box(got);
