@@ -472,19 +472,11 @@ fn userstack_bulk_in_place() -> impl FnMut(u64) -> Work {
         let mut work = Work::default();
         let (mut sent, mut got) = (0, 0);
         while got < bytes {
-            let mut queued = 0;
-            while sent < bytes && queued < CHUNK {
-                let left = (bytes - sent).min(CHUNK - queued);
-                let n = pair
-                    .a
+            queue_round(&mut sent, bytes, |left| {
+                pair.a
                     .send_with(client, |space| produce(space, left))
-                    .expect("send");
-                if n == 0 {
-                    break;
-                }
-                sent += n;
-                queued += n;
-            }
+                    .expect("send")
+            });
             work.round(pair.poll_round() as u64);
             loop {
                 let n = pair.b.recv_with(server, consume).expect("recv");
@@ -496,6 +488,21 @@ fn userstack_bulk_in_place() -> impl FnMut(u64) -> Work {
         }
         black_box(got);
         work
+    }
+}
+
+/// One round's sending in `bulk_in_place`: queues up to `CHUNK` of the `bytes` not yet
+/// `sent` through `send_in_place` (given how many bytes it may write, returns how many it
+/// wrote in place), until that is done or the send ring is full.
+fn queue_round(sent: &mut usize, bytes: usize, mut send_in_place: impl FnMut(usize) -> usize) {
+    let mut queued = 0;
+    while *sent < bytes && queued < CHUNK {
+        let n = send_in_place((bytes - *sent).min(CHUNK - queued));
+        if n == 0 {
+            break;
+        }
+        *sent += n;
+        queued += n;
     }
 }
 
@@ -632,22 +639,14 @@ fn smoltcp_bulk_in_place() -> impl FnMut(u64) -> Work {
         let mut work = Work::default();
         let (mut sent, mut got) = (0, 0);
         while got < bytes {
-            let mut queued = 0;
-            while sent < bytes && queued < CHUNK {
-                let left = (bytes - sent).min(CHUNK - queued);
-                let n = pair
-                    .client()
+            queue_round(&mut sent, bytes, |left| {
+                pair.client()
                     .send(|space| {
                         let n = produce(space, left);
                         (n, n)
                     })
-                    .expect("send");
-                if n == 0 {
-                    break;
-                }
-                sent += n;
-                queued += n;
-            }
+                    .expect("send")
+            });
             work.round(pair.poll_round());
             let server = pair.server();
             while server.can_recv() {
