@@ -59,15 +59,15 @@ impl ArpCache {
         }
         self.last = None;
         self.last_request.remove(&ip);
+        // In the order held, as Linux's neighbour queue: a burst of SYNs leaves in the order
+        // its connections were opened.
         let mut ready = Vec::new();
-        let mut i = 0;
-        while i < self.pending.len() {
-            if self.pending[i].0 == ip {
-                ready.push(self.pending.swap_remove(i).1);
-            } else {
-                i += 1;
+        self.pending.retain_mut(|(to, frame)| {
+            if *to == ip {
+                ready.push(std::mem::take(frame));
             }
-        }
+            *to != ip
+        });
         ready
     }
 
@@ -128,5 +128,19 @@ mod tests {
         assert_eq!(ready, vec![vec![1, 2, 3]]);
         assert_eq!(cache.lookup(ip, Instant::from_millis(5)), Some(mac));
         assert_eq!(cache.lookup(ip, Instant::ZERO + ENTRY_LIFETIME), None);
+    }
+
+    #[test]
+    fn held_frames_leave_in_the_order_they_were_held() {
+        let mut cache = ArpCache::new();
+        let (gateway, other) = (Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2));
+        for frame in 0..5u8 {
+            assert!(cache.hold(gateway, vec![frame]));
+            assert!(cache.hold(other, vec![100 + frame]));
+        }
+        let ready = cache.learn(gateway, EthernetAddress([2, 0, 0, 0, 0, 1]), Instant::ZERO);
+        assert_eq!(ready, (0..5u8).map(|f| vec![f]).collect::<Vec<_>>());
+        let ready = cache.learn(other, EthernetAddress([2, 0, 0, 0, 0, 2]), Instant::ZERO);
+        assert_eq!(ready, (100..105u8).map(|f| vec![f]).collect::<Vec<_>>());
     }
 }
