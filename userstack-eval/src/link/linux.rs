@@ -78,8 +78,8 @@ pub fn parse_proc_net(text: &str) -> Counters {
 #[derive(Debug)]
 pub struct Sink {
     stop: Arc<AtomicBool>,
-    /// Bytes read, per connection in the order accepted.
-    flows: Arc<Mutex<Vec<Arc<AtomicU64>>>>,
+    /// Bytes read, per connection with the index of the port that accepted it.
+    flows: Arc<Mutex<Vec<(usize, Arc<AtomicU64>)>>>,
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -102,7 +102,7 @@ impl Sink {
             flows: Arc::new(Mutex::new(Vec::new())),
             threads: Arc::new(Mutex::new(Vec::new())),
         };
-        for listener in listeners {
+        for (port, listener) in listeners.into_iter().enumerate() {
             let (stop, flows, threads) =
                 (sink.stop.clone(), sink.flows.clone(), sink.threads.clone());
             let accepting = std::thread::spawn(move || {
@@ -110,7 +110,7 @@ impl Sink {
                     match listener.accept() {
                         Ok((stream, _)) => {
                             let read = Arc::new(AtomicU64::new(0));
-                            flows.lock().unwrap().push(read.clone());
+                            flows.lock().unwrap().push((port, read.clone()));
                             let stop = stop.clone();
                             let reader = std::thread::spawn(move || drain(stream, &read, &stop));
                             threads.lock().unwrap().push(reader);
@@ -125,14 +125,19 @@ impl Sink {
         Ok(sink)
     }
 
-    /// Bytes read so far, per connection in the order accepted.
+    /// Bytes read so far, per connection: in the order of the ports given to [`Sink::start`]
+    /// (so flow *i* of a row with per-flow RTTs is entry *i*), and on one port in the order
+    /// accepted.
     pub fn delivered(&self) -> Vec<u64> {
-        self.flows
+        let mut flows: Vec<(usize, u64)> = self
+            .flows
             .lock()
             .unwrap()
             .iter()
-            .map(|f| f.load(Ordering::Relaxed))
-            .collect()
+            .map(|(port, read)| (*port, read.load(Ordering::Relaxed)))
+            .collect();
+        flows.sort_by_key(|&(port, _)| port);
+        flows.into_iter().map(|(_, read)| read).collect()
     }
 }
 
