@@ -51,7 +51,7 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
             "losses without SACK end in NewReno recovery or a timeout: {lossy:#?}"
         );
         // Where the time went is recorded for every run: both vCPUs' shares, what held a
-        // Linux sender back, the runner's busy share and its queue's drops.
+        // Linux sender back, the runner's busy share, its queue's drops and its frames' wait.
         let load = &lossy.load;
         assert_eq!(load.cpu_busy.len(), 2, "{lossy:#?}");
         let share = |v: f64| (0.0..=1.0).contains(&v);
@@ -74,6 +74,15 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
             "{load:?}"
         );
         assert_eq!(load.runner_drops.is_some(), runner, "{load:?}");
+        // The runner's received frames (data or ACKs) came stamped by its XDP program in
+        // the guest's kernel, and how long they waited is counted for the window.
+        assert_eq!(
+            load.runner_rx_wait
+                .as_ref()
+                .is_some_and(|w| w.frames > 0 && w.log2_micros.iter().sum::<u64>() == w.frames),
+            runner,
+            "{load:?}"
+        );
         // The router counted the row's 5 % loss.
         assert!(load.path_losses > Some(0), "{load:?}");
         assert!(load.queue_drops.is_some(), "{load:?}");

@@ -85,6 +85,97 @@ pub struct ShardStats {
     /// The device queue's own drop counters, where the backend keeps them (AF_XDP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<QueueDrops>,
+    /// How long received frames waited before the shard took them, where the backend can
+    /// tell (AF_XDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_wait: Option<RxWait>,
+}
+
+/// Buckets of [`RxWait::log2_micros`].
+pub const RX_WAIT_BUCKETS: usize = 16;
+
+/// How long received frames waited between the kernel's XDP program, which stamps each frame
+/// it redirects to the shard's AF_XDP socket with the kernel's monotonic clock, and the
+/// shard's loop taking the frame off its rx ring. The wait is the kernel publishing the frame
+/// to the ring (a driver does so at the end of its poll, once for the poll's whole batch),
+/// the wake-up of a parked shard, and the rest of the shard's current turn.
+#[derive(Serialize, Deserialize, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RxWait {
+    /// Frames measured.
+    pub frames: u64,
+    /// Their waits summed, in nanoseconds.
+    pub total_nanos: u64,
+    /// Frames by wait: entry *k* counts waits of at least 2^(k−1) and under 2^k microseconds
+    /// (entry 0: under 1 µs), the last entry every longer wait.
+    pub log2_micros: Vec<u64>,
+}
+
+impl Clone for RxWait {
+    fn clone(&self) -> RxWait {
+        RxWait {
+            frames: self.frames,
+            total_nanos: self.total_nanos,
+            log2_micros: self.log2_micros.clone(),
+        }
+    }
+
+    /// Reuses `self`'s buckets, so a runner publishing its figures does not allocate.
+    fn clone_from(&mut self, source: &RxWait) {
+        self.frames = source.frames;
+        self.total_nanos = source.total_nanos;
+        self.log2_micros.clone_from(&source.log2_micros);
+    }
+}
+
+impl RxWait {
+    /// Counts one frame that waited `nanos`.
+    pub fn record(&mut self, nanos: u64) {
+        if self.log2_micros.len() < RX_WAIT_BUCKETS {
+            self.log2_micros.resize(RX_WAIT_BUCKETS, 0);
+        }
+        let micros = nanos / 1000;
+        let bucket = (u64::BITS - micros.leading_zeros()) as usize;
+        self.log2_micros[bucket.min(RX_WAIT_BUCKETS - 1)] += 1;
+        self.frames += 1;
+        self.total_nanos = self.total_nanos.saturating_add(nanos);
+    }
+
+    /// `f` applied field by field and bucket by bucket to `self` and `other` (sums over
+    /// shards, moves over time).
+    pub fn combine(&self, other: &RxWait, f: impl Fn(u64, u64) -> u64) -> RxWait {
+        let buckets = self.log2_micros.len().max(other.log2_micros.len());
+        let at = |w: &RxWait, i: usize| w.log2_micros.get(i).copied().unwrap_or(0);
+        RxWait {
+            frames: f(self.frames, other.frames),
+            total_nanos: f(self.total_nanos, other.total_nanos),
+            log2_micros: (0..buckets).map(|i| f(at(self, i), at(other, i))).collect(),
+        }
+    }
+
+    /// The mean wait in microseconds; `None` without frames.
+    pub fn mean_micros(&self) -> Option<f64> {
+        (self.frames > 0).then(|| self.total_nanos as f64 / self.frames as f64 / 1e3)
+    }
+
+    /// The upper end, in microseconds, of the bucket holding the `q` quantile (0 < q ≤ 1):
+    /// a bound within a factor of two; `None` without frames or when it lies in the last,
+    /// open bucket.
+    pub fn quantile_bound_micros(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.log2_micros.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (k, &n) in self.log2_micros.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return (k + 1 < RX_WAIT_BUCKETS).then_some(1 << k);
+            }
+        }
+        None
+    }
 }
 
 /// Frames a device queue dropped or could not take, as the kernel counts them for an AF_XDP
@@ -236,6 +327,11 @@ mod tests {
                     tx_ring_full: 5,
                     checksum_errors: 6,
                 }),
+                rx_wait: Some(RxWait {
+                    frames: 3,
+                    total_nanos: 4500,
+                    log2_micros: vec![1, 1, 1],
+                }),
             }],
             services: vec![ServiceStats {
                 kind: ServiceKind::Http,
@@ -268,7 +364,8 @@ mod tests {
                     "drops": {
                         "rxDropped": 1, "rxRingFull": 2, "rxFillRingEmpty": 3, "txRingEmpty": 4,
                         "txRingFull": 5, "checksumErrors": 6
-                    }
+                    },
+                    "rxWait": { "frames": 3, "totalNanos": 4500, "log2Micros": [1, 1, 1] }
                 }
             ],
             "services": [ { "kind": "Http", "port": 80 } ],
@@ -367,7 +464,7 @@ mod tests {
         }
         // So are a shard's load and drops.
         let shard = object["shards"][0].as_object_mut().unwrap();
-        for field in ["busyNanos", "runNanos", "drops"] {
+        for field in ["busyNanos", "runNanos", "drops", "rxWait"] {
             shard.remove(field);
         }
         let parsed: RunnerStats = serde_json::from_value(earlier).unwrap();
@@ -382,8 +479,45 @@ mod tests {
         );
         let shard = &parsed.shards[0];
         assert_eq!(
-            (shard.busy_nanos, shard.run_nanos, shard.drops),
-            (0, 0, None)
+            (
+                shard.busy_nanos,
+                shard.run_nanos,
+                shard.drops,
+                &shard.rx_wait
+            ),
+            (0, 0, None, &None)
         );
+    }
+
+    #[test]
+    fn rx_waits_fall_in_power_of_two_buckets_and_bound_their_quantiles() {
+        let mut wait = RxWait::default();
+        // 0.4 µs, 1 µs, 3 µs, 3.9 µs, 700 µs, and one of a minute (the open last bucket).
+        for nanos in [400, 1_000, 3_000, 3_900, 700_000, 60_000_000_000] {
+            wait.record(nanos);
+        }
+        let mut expected = vec![0; RX_WAIT_BUCKETS];
+        expected[0] = 1; // under 1 µs
+        expected[1] = 1; // [1, 2) µs
+        expected[2] = 2; // [2, 4) µs
+        expected[10] = 1; // [512, 1024) µs
+        expected[RX_WAIT_BUCKETS - 1] = 1;
+        assert_eq!(wait.log2_micros, expected);
+        assert_eq!(wait.frames, 6);
+        // Half the frames waited under 4 µs, five in six under 1,024 µs; the slowest is
+        // beyond the last bound.
+        assert_eq!(wait.quantile_bound_micros(0.5), Some(4));
+        assert_eq!(wait.quantile_bound_micros(5.0 / 6.0), Some(1024));
+        assert_eq!(wait.quantile_bound_micros(1.0), None);
+        assert_eq!(RxWait::default().quantile_bound_micros(0.5), None);
+        assert_eq!(RxWait::default().mean_micros(), None);
+        let mean = wait.mean_micros().unwrap();
+        assert!((mean - 60_000_708_300.0 / 6e3).abs() < 1e-6, "{mean}");
+        // Moves over time subtract bucket by bucket.
+        let mut later = wait.clone();
+        later.record(2_500);
+        let moved = later.combine(&wait, u64::saturating_sub);
+        assert_eq!((moved.frames, moved.total_nanos), (1, 2_500));
+        assert_eq!(moved.quantile_bound_micros(0.9), Some(4));
     }
 }

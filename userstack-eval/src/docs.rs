@@ -4,6 +4,7 @@
 use crate::report::{counter, Mark, Measurement, Pairing, Summary};
 use crate::rows::{Row, ROWS};
 use crate::sim;
+use hoststack_runner_api::RxWait;
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -138,11 +139,13 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
 /// Where the time went on the real link, per row and pairing (medians over the runs that
 /// recorded it): each vCPU's busy and softirq shares, how much of the Linux sender's time the
 /// receiver's window held it back, the runner's busy share and the frames its queue lost, the
-/// path's drops, and how many segments the receiver took per segment (ACK) it sent.
+/// path's drops, how many segments the receiver took per segment (ACK) it sent, the Linux
+/// sender's smoothed RTT and the ping beside it, and how long the runner's received frames
+/// waited between its XDP program and its loop.
 pub fn load_table(measurements: &[Measurement]) -> String {
     let mut table = String::from(
-        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) | segments received per ACK sent | Linux sender's smoothed RTT, ms | ping to the receiver, ms |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) | segments received per ACK sent | Linux sender's smoothed RTT, ms | ping to the receiver, ms | frames' wait at the runner, mean µs | 90 % of frames waited under, µs |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for row in ROWS.iter() {
         for (pairing, control, name) in LINES {
@@ -173,7 +176,7 @@ pub fn load_table(measurements: &[Measurement]) -> String {
             };
             let _ = writeln!(
                 table,
-                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 row.label,
                 per_cpu(&|m| &m.load.cpu_busy),
                 per_cpu(&|m| &m.load.cpu_softirq),
@@ -192,6 +195,17 @@ pub fn load_table(measurements: &[Measurement]) -> String {
                 ),
                 optional(&|m| m.load.sender_rtt_ms, 1),
                 optional(&|m| m.load.ping_rtt_ms, 1),
+                optional(
+                    &|m| m.load.runner_rx_wait.as_ref().and_then(RxWait::mean_micros),
+                    0
+                ),
+                optional(
+                    &|m| {
+                        let wait = m.load.runner_rx_wait.as_ref()?;
+                        wait.quantile_bound_micros(0.9).map(|b| b as f64)
+                    },
+                    0
+                ),
             );
         }
     }

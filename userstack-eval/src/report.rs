@@ -1,6 +1,6 @@
 //! What one run of one row measured, and how userstack's figures compare with Linux's.
 
-use hoststack_runner_api::QueueDrops;
+use hoststack_runner_api::{QueueDrops, RxWait};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use userstack_sim::median;
@@ -113,6 +113,11 @@ pub struct Load {
     /// When userstack is an end: what its AF_XDP queue dropped over the window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_drops: Option<QueueDrops>,
+    /// When userstack is an end: how long the frames it received over the window waited
+    /// between the XDP program and its loop (the veth's batch publication, the loop's wake-up
+    /// and current turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_rx_wait: Option<RxWait>,
     /// Data packets the row's random loss dropped over the window (netem).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_losses: Option<u64>,

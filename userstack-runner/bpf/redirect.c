@@ -10,6 +10,10 @@
 //     does; the kernel does not own the address and would drop them).
 // `settings` holds [address (network order), first ephemeral port, last ephemeral port].
 // A queue without a socket falls back to XDP_PASS (bpf_redirect_map's default action).
+// Each redirected frame carries 16 bytes of XDP metadata just before it: the kernel's
+// monotonic clock in nanoseconds when the program ran, then that value XOR RX_STAMP_CHECK,
+// so the runner can tell how long the frame waited before it took it off the ring (and can
+// tell a stamp from stale bytes where a driver keeps no metadata).
 // Only packet bytes are read: no CO-RE, so it loads on kernels without vmlinux BTF.
 
 #include <linux/bpf.h>
@@ -45,6 +49,9 @@ struct {
 	__type(value, __u32);
 } settings SEC(".maps");
 
+// Must match RX_STAMP_CHECK in xdp_redirect.rs.
+#define RX_STAMP_CHECK 0x7573746b72787374ULL
+
 // ARP for IPv4 over Ethernet: the target protocol address sits 24 bytes into the ARP payload.
 #define ARP_TPA_OFFSET 24
 #define ARP_LEN 28
@@ -60,6 +67,20 @@ static __always_inline int is_stack_port(__u16 port)
 	if (bpf_map_lookup_elem(&ports, &port))
 		return 1;
 	return port >= setting(SETTING_EPHEMERAL_FIRST) && port <= setting(SETTING_EPHEMERAL_LAST);
+}
+
+// Stamps the frame (where the driver has room for metadata) and redirects it.
+static __always_inline int redirect(struct xdp_md *ctx)
+{
+	if (bpf_xdp_adjust_meta(ctx, -2 * (int)sizeof(__u64)) == 0) {
+		__u64 *meta = (void *)(long)ctx->data_meta;
+		if ((void *)(meta + 2) <= (void *)(long)ctx->data) {
+			__u64 now = bpf_ktime_get_ns();
+			meta[0] = now;
+			meta[1] = now ^ RX_STAMP_CHECK;
+		}
+	}
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 
 SEC("xdp")
@@ -85,7 +106,7 @@ int userstack_redirect(struct xdp_md *ctx)
 		__builtin_memcpy(&target, arp + ARP_TPA_OFFSET, sizeof(target));
 		if (target != address)
 			return XDP_PASS;
-		return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		return redirect(ctx);
 	}
 
 	if (eth->h_proto != bpf_htons(ETH_P_IP))
@@ -96,7 +117,7 @@ int userstack_redirect(struct xdp_md *ctx)
 	if (ip->daddr != address || ip->ihl < 5)
 		return XDP_PASS;
 	if (ip->protocol == IPPROTO_ICMP)
-		return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+		return redirect(ctx);
 	if (ip->protocol != IPPROTO_TCP)
 		return XDP_PASS;
 	struct tcphdr *tcp = (void *)ip + ip->ihl * 4;
@@ -104,7 +125,7 @@ int userstack_redirect(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (!is_stack_port(bpf_ntohs(tcp->dest)))
 		return XDP_PASS;
-	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	return redirect(ctx);
 }
 
 // Only helpers open to any license are used.

@@ -873,6 +873,18 @@ fn bulk_clients_fill_a_kernel_sink() {
         ] {
             assert!(shard["drops"][field].is_u64(), "{field}: {shard}");
         }
+        // The kernel's ACKs reached the shard stamped by the redirect program (the veth keeps
+        // XDP metadata, and copy mode carries it into the UMEM): each frame's wait is counted
+        // in one bucket, and no frame is counted that the shard did not receive.
+        let wait = &shard["rxWait"];
+        let frames = wait["frames"].as_u64().unwrap_or(0);
+        assert!(frames > 0, "no stamped frame: {shard}");
+        assert!(Some(frames) <= shard["rxPackets"].as_u64(), "{shard}");
+        let buckets: u64 = wait["log2Micros"]
+            .as_array()
+            .map_or(0, |b| b.iter().filter_map(Value::as_u64).sum());
+        assert_eq!(buckets, frames, "{wait}");
+        assert!(wait["totalNanos"].as_u64() > Some(0), "{wait}");
         runner.stop();
         for reader in readers {
             let (read, ended) = reader.join().unwrap();

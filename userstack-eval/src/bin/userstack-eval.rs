@@ -213,7 +213,8 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
             |share: Option<f64>| share.map_or("—".into(), |s| format!("{:.1} %", s * 100.0));
         eprintln!(
             "{} | {} | {:.2} Mbit/s | Jain {:.3} | retransmitted/sent {:.2} % | vCPUs busy {:?} | \
-             held by the receive window {} | runner busy {} | lost at the runner's queue {:?}",
+             held by the receive window {} | runner busy {} | lost at the runner's queue {:?} | \
+             frames' mean wait at the runner {}",
             row.label,
             pairing.as_str(),
             m.goodput_mbps(),
@@ -227,6 +228,11 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
             percent(m.load.rwnd_limited),
             percent(m.load.runner_busy),
             m.load.runner_drops.map(|d| d.lost()),
+            m.load
+                .runner_rx_wait
+                .as_ref()
+                .and_then(|w| w.mean_micros())
+                .map_or("—".into(), |us| format!("{us:.0} µs")),
         );
         measurements.push(m);
         write_json(&out, &measurements)?;

@@ -11,7 +11,7 @@ pub mod topology;
 use crate::report::{moved, Counters, Load, Measurement, Pairing};
 use crate::rows::Row;
 use cpu::CpuTime;
-use hoststack_runner_api::{QueueDrops, RunnerStats};
+use hoststack_runner_api::{QueueDrops, RunnerStats, RxWait};
 use linux::{SendLimits, Senders, Sink};
 use runner::{Role, Runner};
 use std::net::SocketAddrV4;
@@ -112,8 +112,8 @@ struct Sample {
     cpus: Vec<CpuTime>,
     /// The Linux sender's chronograph.
     limits: Option<SendLimits>,
-    /// The runner's loop time, busy and in all, and its queue drops, summed over shards.
-    runner: Option<(u64, u64, QueueDrops)>,
+    /// The runner's loop, queue and receive waits, summed over shards.
+    runner: Option<RunnerLoad>,
     /// The router's data-direction drops.
     path: topology::Drops,
 }
@@ -256,19 +256,20 @@ fn load(first: &Sample, last: &Sample) -> Load {
             ),
         )
     });
-    let runner = first.runner.zip(last.runner).map(|(a, b)| {
-        (
-            share(b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)),
-            b.2.combine(a.2, u64::saturating_sub),
-        )
-    });
+    let runner = first.runner.as_ref().zip(last.runner.as_ref());
     Load {
         cpu_busy,
         cpu_softirq,
         rwnd_limited: sending.map(|s| s.0),
         sndbuf_limited: sending.map(|s| s.1),
-        runner_busy: runner.map(|r| r.0),
-        runner_drops: runner.map(|r| r.1),
+        runner_busy: runner.map(|(a, b)| {
+            share(
+                b.busy_nanos.saturating_sub(a.busy_nanos),
+                b.run_nanos.saturating_sub(a.run_nanos),
+            )
+        }),
+        runner_drops: runner.map(|(a, b)| b.drops.combine(a.drops, u64::saturating_sub)),
+        runner_rx_wait: runner.map(|(a, b)| b.rx_wait.combine(&a.rx_wait, u64::saturating_sub)),
         path_losses: Some(last.path.lost.saturating_sub(first.path.lost)),
         queue_drops: Some(last.path.overflowed.saturating_sub(first.path.overflowed)),
         sender_rtt_ms: None,
@@ -276,15 +277,31 @@ fn load(first: &Sample, last: &Sample) -> Load {
     }
 }
 
-/// The runner's loop time, busy and in all, and its queue drops, summed over its shards.
-fn runner_load(stats: &RunnerStats) -> (u64, u64, QueueDrops) {
-    stats.shards.iter().fold(
-        (0, 0, QueueDrops::default()),
-        |(busy, ran, drops), shard| {
-            let drops = drops.combine(shard.drops.unwrap_or_default(), |a, b| a + b);
-            (busy + shard.busy_nanos, ran + shard.run_nanos, drops)
-        },
-    )
+/// The runner's loop time, busy and in all, its queue drops and how long received frames
+/// waited, summed over its shards.
+#[derive(Default)]
+struct RunnerLoad {
+    busy_nanos: u64,
+    run_nanos: u64,
+    drops: QueueDrops,
+    rx_wait: RxWait,
+}
+
+fn runner_load(stats: &RunnerStats) -> RunnerLoad {
+    stats
+        .shards
+        .iter()
+        .fold(RunnerLoad::default(), |load, shard| RunnerLoad {
+            busy_nanos: load.busy_nanos + shard.busy_nanos,
+            run_nanos: load.run_nanos + shard.run_nanos,
+            drops: load
+                .drops
+                .combine(shard.drops.unwrap_or_default(), |a, b| a + b),
+            rx_wait: match &shard.rx_wait {
+                Some(wait) => load.rx_wait.combine(wait, |a, b| a + b),
+                None => load.rx_wait,
+            },
+        })
 }
 
 /// The runner at its end of the link for `role`: the receiver's namespace and veth to

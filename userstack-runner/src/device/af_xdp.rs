@@ -18,10 +18,16 @@
 //! frames), so zero-copy mode still saves the kernel's copy but not ours. The socket binds in
 //! zero-copy mode where the driver offers it and falls back to copy mode (veth), and reports
 //! which one it got.
+//!
+//! Received frames carry the redirect program's clock stamp in their XDP metadata (the kernel
+//! copies it into the UMEM headroom in copy mode too); the socket reads it as it takes each
+//! frame and keeps how long frames waited ([`Device::rx_wait`]), with one clock read per
+//! batch that holds stamped frames.
 
+use super::xdp_redirect::{rx_stamp, RX_STAMP_LEN};
 use super::{ChecksumOffload, Device};
 use crate::runtime::interface;
-use hoststack_runner_api::QueueDrops;
+use hoststack_runner_api::{QueueDrops, RxWait};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -229,6 +235,19 @@ pub struct XdpSocket {
     tx_ring_full: u64,
     /// See [`XdpSocket::open`].
     checksum_offload: ChecksumOffload,
+    /// How long stamped frames waited before [`Device::receive`] took them.
+    rx_wait: RxWait,
+}
+
+/// The kernel's monotonic clock in nanoseconds (the clock of `bpf_ktime_get_ns`).
+fn monotonic_nanos() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
@@ -405,6 +424,7 @@ impl XdpSocket {
             spare: Vec::with_capacity(SPARE_BUFFERS),
             tx_ring_full: 0,
             checksum_offload: ChecksumOffload::default(),
+            rx_wait: RxWait::default(),
         })
     }
 
@@ -419,6 +439,30 @@ impl XdpSocket {
         let len = (len as usize).min(self.umem.len.saturating_sub(start));
         // SAFETY: start + len lies inside the UMEM mapping.
         unsafe { std::slice::from_raw_parts(self.umem.ptr.as_ptr().add(start), len) }
+    }
+
+    /// Takes the redirect program's stamp from the metadata before the frame at `addr` and
+    /// clears it, so a frame that arrives later in the same UMEM frame without one is not
+    /// read as stamped; `None` when the frame has none.
+    fn take_rx_stamp(&mut self, addr: u64) -> Option<u64> {
+        let offset = (addr % u64::from(FRAME_SIZE)) as usize;
+        if offset < RX_STAMP_LEN {
+            return None;
+        }
+        let start = addr as usize - RX_STAMP_LEN;
+        // SAFETY: the RX_STAMP_LEN bytes before the frame lie inside its UMEM frame, which is
+        // ours until it goes back on the fill ring.
+        let meta = unsafe {
+            &mut *self
+                .umem
+                .ptr
+                .as_ptr()
+                .add(start)
+                .cast::<[u8; RX_STAMP_LEN]>()
+        };
+        let stamp = rx_stamp(meta)?;
+        *meta = [0; RX_STAMP_LEN];
+        Some(stamp)
     }
 
     fn frame_mut(&mut self, addr: u64) -> &mut [u8] {
@@ -475,8 +519,13 @@ impl Device for XdpSocket {
         if ready > 0 {
             // The fill ring has room for every frame we return: frames circulate only
             // between fill and rx, and there are exactly RING_SIZE of them.
+            let mut now = None;
             for i in 0..ready {
                 let desc = self.rx.read(i);
+                if let Some(stamp) = self.take_rx_stamp(desc.addr) {
+                    let now = *now.get_or_insert_with(monotonic_nanos);
+                    self.rx_wait.record(now.saturating_sub(stamp));
+                }
                 let mut buffer = self
                     .spare
                     .pop()
@@ -558,6 +607,10 @@ impl Device for XdpSocket {
             tx_ring_full: self.tx_ring_full,
             checksum_errors: 0,
         })
+    }
+
+    fn rx_wait(&self) -> Option<&RxWait> {
+        Some(&self.rx_wait)
     }
 }
 

@@ -12,7 +12,7 @@ pub mod xdp_redirect;
 
 pub use memory::MemoryPort;
 
-use hoststack_runner_api::QueueDrops;
+use hoststack_runner_api::{QueueDrops, RxWait};
 use std::os::fd::RawFd;
 use userstack::stack::Stack;
 use userstack::time::Instant;
@@ -72,6 +72,11 @@ pub trait Device {
     /// The queue's drop counters since it opened, where the backend keeps them; `None`
     /// otherwise.
     fn drops(&self) -> Option<QueueDrops> {
+        None
+    }
+    /// How long received frames waited before `receive` took them, where the backend can
+    /// tell; `None` otherwise.
+    fn rx_wait(&self) -> Option<&RxWait> {
         None
     }
     /// The TCP checksum work the device does; by default none, and the stack computes and

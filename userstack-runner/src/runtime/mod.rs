@@ -313,6 +313,7 @@ impl Runtime {
                 busy_nanos: figures.busy_nanos.load(Ordering::Relaxed),
                 run_nanos: figures.run_nanos.load(Ordering::Relaxed),
                 drops,
+                rx_wait: figures.rx_wait.lock().ok().and_then(|w| w.clone()),
             });
         }
         RunnerStats {

@@ -10,7 +10,7 @@
 
 use super::services::{Bulk, ServiceSpec, Session, Verdict};
 use crate::device::Device;
-use hoststack_runner_api::{QueueDrops, StopStats};
+use hoststack_runner_api::{QueueDrops, RxWait, StopStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -96,6 +96,8 @@ pub struct ShardFigures {
     pub counters: Mutex<Counters>,
     /// The device queue's drop counters as last published, where it keeps them.
     pub drops: Mutex<Option<QueueDrops>>,
+    /// How long received frames waited, as last published, where the device can tell.
+    pub rx_wait: Mutex<Option<RxWait>>,
 }
 
 impl ShardFigures {
@@ -313,6 +315,13 @@ impl Shard {
         }
         if let Ok(mut drops) = figures.drops.try_lock() {
             *drops = self.device.drops();
+        }
+        if let Ok(mut published) = figures.rx_wait.try_lock() {
+            // Into the buffers of the last publication: the loop does not allocate.
+            match (published.as_mut(), self.device.rx_wait()) {
+                (Some(published), Some(now)) => published.clone_from(now),
+                (_, now) => *published = now.cloned(),
+            }
         }
     }
 

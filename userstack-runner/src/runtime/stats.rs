@@ -72,6 +72,7 @@ mod tests {
                 busy_nanos: 3,
                 run_nanos: 9,
                 drops: None,
+                rx_wait: None,
             }],
             services: vec![ServiceStats {
                 kind: ServiceKind::Http,
