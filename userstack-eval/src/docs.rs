@@ -1,9 +1,10 @@
 //! docs/evaluation.md and its plots, from the simulator's runs and the real link's
 //! measurements.
 
-use crate::report::{counter, Mark, Measurement, Pairing, Summary};
+use crate::report::{counter, Mark, Measurement, Pairing, Shortfall, Summary};
 use crate::rows::{Row, ROWS};
 use crate::sim;
+use crate::spread;
 use hoststack_runner_api::RxWait;
 use plotters::prelude::*;
 use std::fmt::Write as _;
@@ -73,6 +74,34 @@ const LINES: [(Pairing, bool, &str); 4] = [
     (Pairing::LinuxToUserstack, false, "Linux → userstack"),
 ];
 
+/// `userstack`'s mark against `linux`; a worse one names each figure that falls short with
+/// the p-value of its runs against Linux's ([`spread::mann_whitney_p`]): how often runs
+/// split at random between the two lines differ as much.
+fn judged(
+    userstack: &Summary,
+    linux: &Summary,
+    ours: &[&Measurement],
+    theirs: &[&Measurement],
+) -> String {
+    let mark = Mark::of(userstack, linux);
+    if mark != Mark::Worse {
+        return mark.as_str().to_string();
+    }
+    let figures = |runs: &[&Measurement], what: Shortfall| -> Vec<f64> {
+        runs.iter().map(|m| what.figure(m)).collect()
+    };
+    let shortfalls: Vec<String> = Shortfall::of(userstack, linux)
+        .into_iter()
+        .map(
+            |what| match spread::mann_whitney_p(&figures(ours, what), &figures(theirs, what)) {
+                Some(p) => format!("{} p {p:.2}", what.as_str()),
+                None => what.as_str().to_string(),
+            },
+        )
+        .collect();
+    format!("{}: {}", mark.as_str(), shortfalls.join(", "))
+}
+
 /// A median, with the lowest run in brackets when there were several.
 fn with_lowest(median: f64, lowest: f64, runs: usize, digits: usize) -> String {
     if runs > 1 {
@@ -104,15 +133,21 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
             let Some(m) = Summary::of(&runs_of(measurements, row, pairing, is_control)) else {
                 continue;
             };
-            let against = |reference: &Option<Summary>| match reference {
-                Some(linux) => Mark::of(&m, linux).as_str().to_string(),
+            let ours = runs_of(measurements, row, pairing, is_control);
+            let against = |reference: &Option<Summary>, theirs: bool| match reference {
+                Some(linux) => judged(
+                    &m,
+                    linux,
+                    &ours,
+                    &runs_of(measurements, row, Pairing::LinuxToLinux, theirs),
+                ),
                 None => "—".to_string(),
             };
             let (mark, against_control) = match (pairing, is_control) {
                 (Pairing::LinuxToLinux, false) => ("reference".to_string(), String::new()),
                 (Pairing::LinuxToLinux, true) => (String::new(), "control".to_string()),
-                _ if control.is_some() => (against(&reference), against(&control)),
-                _ => (against(&reference), String::new()),
+                _ if control.is_some() => (against(&reference, false), against(&control, true)),
+                _ => (against(&reference, false), String::new()),
             };
             let sim_cell = if pairing == Pairing::UserstackToLinux {
                 format!("{simulated:.2}")
@@ -296,7 +331,11 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          are TCPSackRecovery + TCPRenoRecovery, RTOs TCPTimeouts, undos TCPFullUndo +\n\
          TCPLossUndo. A userstack line is **better** with goodput more than 2 % above\n\
          Linux → Linux on the same row, **equal** within 2 % (Jain too, retransmitted/sent\n\
-         at most 0.2 points above), **worse** otherwise. The guest has two vCPUs and the runner\n\
+         at most 0.2 points above), **worse** otherwise; a worse mark names each figure that\n\
+         falls short with its p-value: the exact two-sided Mann-Whitney test of the line's runs\n\
+         against Linux's, the share of all splits of the pooled runs between the two lines whose\n\
+         rank sums lie as far apart (with three runs a side it cannot fall below 0.10; a large p\n\
+         says the runs cannot tell the lines apart, not that they are the same). The guest has two vCPUs and the runner\n\
          busy-polls one of them, so a userstack pairing leaves Linux's end, the router and the\n\
          kernel's packet work one vCPU where Linux → Linux has two: the control, Linux → Linux\n\
          with a thread spinning on the runner's vCPU (`--spin-core 1`), gives Linux the same\n\
@@ -319,7 +358,12 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          averaged over a look every second): the path's 20 ms, the queue's delay and the\n\
          receiver's ACK delay, which the sender's window growth runs on; and the mean round\n\
          trip of pings from the sender's namespace to the receiver in the same window (five a\n\
-         second): the same path, queue and receiving host with no TCP in it.\n\n{}",
+         second): the same path, queue and receiving host with no TCP in it. The last two\n\
+         columns are how long the frames the runner received waited between its XDP program,\n\
+         which stamps each with the kernel's clock, and its loop taking them off the AF_XDP\n\
+         ring (the veth publishes a poll's redirected frames at the poll's end; the loop may\n\
+         be parked or busy): the mean, and the power of two in microseconds under which 90 %\n\
+         of them waited.\n\n{}",
         link_table(measurements, runs),
         load_table(measurements),
     )
@@ -409,4 +453,37 @@ pub fn write(
         sim = sim_table(&runs),
     );
     std::fs::write(dir.join("evaluation.md"), doc).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::measured;
+
+    #[test]
+    fn a_worse_line_names_what_falls_short_with_its_p_value() {
+        let linux: Vec<Measurement> = [60.0, 62.0, 64.0]
+            .iter()
+            .map(|&g| measured(&[g / 2.0, g / 2.0], 10, 10_000))
+            .collect();
+        let linux: Vec<&Measurement> = linux.iter().collect();
+        let judge = |goodputs: &[f64]| {
+            let ours: Vec<Measurement> = goodputs
+                .iter()
+                .map(|&g| measured(&[g / 2.0, g / 2.0], 10, 10_000))
+                .collect();
+            let ours: Vec<&Measurement> = ours.iter().collect();
+            judged(
+                &Summary::of(&ours).unwrap(),
+                &Summary::of(&linux).unwrap(),
+                &ours,
+                &linux,
+            )
+        };
+        // Every run below every one of Linux's: 2 of the 20 splits are as far apart.
+        assert_eq!(judge(&[50.0, 52.0, 54.0]), "worse: goodput p 0.10");
+        // The median 5 % below, but the runs interleave with Linux's: 6 of 20 splits.
+        assert_eq!(judge(&[59.0, 59.0, 63.0]), "worse: goodput p 0.30");
+        assert_eq!(judge(&[61.5, 62.0, 64.0]), "equal");
+    }
 }

@@ -11,3 +11,4 @@ pub mod link;
 pub mod report;
 pub mod rows;
 pub mod sim;
+pub mod spread;

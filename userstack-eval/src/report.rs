@@ -267,15 +267,61 @@ pub enum Mark {
     Worse,
 }
 
+/// A figure by which a line falls short of Linux's (see [`Mark::Worse`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortfall {
+    /// Goodput more than 2 % below.
+    Goodput,
+    /// Jain's index more than 2 % below.
+    Jain,
+    /// Retransmitted/sent more than 0.2 percentage points above.
+    Retransmissions,
+}
+
+impl Shortfall {
+    /// Where `userstack` falls short of `linux` (medians over their runs).
+    pub fn of(userstack: &Summary, linux: &Summary) -> Vec<Shortfall> {
+        let below = |ours: f64, theirs: f64| ours < theirs * 0.98;
+        [
+            (
+                below(userstack.goodput_mbps, linux.goodput_mbps),
+                Shortfall::Goodput,
+            ),
+            (below(userstack.jain, linux.jain), Shortfall::Jain),
+            (
+                userstack.retransmitted_per_sent > linux.retransmitted_per_sent + 0.002,
+                Shortfall::Retransmissions,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(short, what)| short.then_some(what))
+        .collect()
+    }
+
+    /// The figure of one run that this shortfall is about.
+    pub fn figure(self, run: &Measurement) -> f64 {
+        match self {
+            Shortfall::Goodput => run.goodput_mbps(),
+            Shortfall::Jain => run.jain(),
+            Shortfall::Retransmissions => run.retransmitted_per_sent(),
+        }
+    }
+
+    /// The word in the tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shortfall::Goodput => "goodput",
+            Shortfall::Jain => "Jain",
+            Shortfall::Retransmissions => "retransmitted/sent",
+        }
+    }
+}
+
 impl Mark {
     /// `userstack` against `linux` (medians over their runs): goodput and Jain within 2 %
     /// count as equal, and retransmitted/sent may exceed Linux's by 0.2 percentage points.
     pub fn of(userstack: &Summary, linux: &Summary) -> Mark {
-        let below = |ours: f64, theirs: f64| ours < theirs * 0.98;
-        let worse = below(userstack.goodput_mbps, linux.goodput_mbps)
-            || below(userstack.jain, linux.jain)
-            || userstack.retransmitted_per_sent > linux.retransmitted_per_sent + 0.002;
-        if worse {
+        if !Shortfall::of(userstack, linux).is_empty() {
             Mark::Worse
         } else if userstack.goodput_mbps > linux.goodput_mbps * 1.02 {
             Mark::Better
@@ -294,29 +340,31 @@ impl Mark {
     }
 }
 
+/// A run of Linux → Linux with these flows and the sender's retransmitted and sent segments.
+#[cfg(test)]
+pub(crate) fn measured(flow_mbps: &[f64], retrans: i64, out: i64) -> Measurement {
+    let mut tcp = BTreeMap::new();
+    tcp.insert("RetransSegs".to_string(), retrans);
+    tcp.insert("OutSegs".to_string(), out);
+    Measurement {
+        row: "r".into(),
+        pairing: Pairing::LinuxToLinux,
+        spin_core: None,
+        steered: false,
+        seconds: 1.0,
+        flow_mbps: flow_mbps.to_vec(),
+        sender: [("Tcp".to_string(), tcp)].into(),
+        receiver: Counters::new(),
+        load: Load::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn summary(flow_mbps: &[f64], retrans: i64, out: i64) -> Summary {
         Summary::of(&[&measured(flow_mbps, retrans, out)]).unwrap()
-    }
-
-    fn measured(flow_mbps: &[f64], retrans: i64, out: i64) -> Measurement {
-        let mut tcp = BTreeMap::new();
-        tcp.insert("RetransSegs".to_string(), retrans);
-        tcp.insert("OutSegs".to_string(), out);
-        Measurement {
-            row: "r".into(),
-            pairing: Pairing::LinuxToLinux,
-            spin_core: None,
-            steered: false,
-            seconds: 1.0,
-            flow_mbps: flow_mbps.to_vec(),
-            sender: [("Tcp".to_string(), tcp)].into(),
-            receiver: Counters::new(),
-            load: Load::default(),
-        }
     }
 
     #[test]
@@ -355,6 +403,21 @@ mod tests {
             Mark::of(&summary(&[52.0, 52.0], 29, 10_000), &linux),
             Mark::Better
         );
+        // What falls short is named, each figure on its own.
+        let short =
+            |flows: &[f64], retrans| Shortfall::of(&summary(flows, retrans, 10_000), &linux);
+        assert_eq!(short(&[48.0, 48.0], 10), vec![Shortfall::Goodput]);
+        assert_eq!(short(&[75.0, 25.0], 10), vec![Shortfall::Jain]);
+        assert_eq!(short(&[52.0, 52.0], 35), vec![Shortfall::Retransmissions]);
+        assert_eq!(
+            short(&[60.0, 20.0], 35),
+            vec![
+                Shortfall::Goodput,
+                Shortfall::Jain,
+                Shortfall::Retransmissions
+            ]
+        );
+        assert_eq!(short(&[49.5, 49.5], 10), vec![]);
     }
 
     #[test]
