@@ -35,7 +35,9 @@ const REPEATED: &str = r#"[
    "load": {"cpuBusy": [0.9, 1.0], "cpuSoftirq": [0.5, 0.0], "rwndLimited": 0.0,
             "runnerBusy": 0.75,
             "runnerDrops": {"rxDropped": 1, "rxRingFull": 2, "rxFillRingEmpty": 3,
-                            "txRingEmpty": 4, "txRingFull": 5}}}
+                            "txRingEmpty": 4, "txRingFull": 5},
+            "runnerRxWait": {"frames": 4, "totalNanos": 2000000,
+                             "log2Micros": [0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 1]}}}
 ]"#;
 
 #[test]
@@ -97,11 +99,18 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     );
     let receiving = line("| Linux → userstack | 2 |");
     assert!(receiving.contains("| 38.00 (38.00) |"), "{receiving}");
-    assert!(receiving.contains("| worse |"), "{receiving}");
+    // Worse on two figures, neither told apart from Linux's by two runs a side: the goodputs
+    // interleave (38 and 40 against 40 and 40), and 2 of the 6 splits of the retransmission
+    // ratios are as far apart as theirs.
+    assert!(
+        receiving.contains("| worse: goodput p 1.00, retransmitted/sent p 0.33 |"),
+        "{receiving}"
+    );
     // Where the time went, from the runs that recorded it: per vCPU busy and softirq, the
     // Linux sender held by the window, the runner's busy share and its queue's losses, the
-    // receiver's segments per ACK, the Linux sender's smoothed RTT and the ping to the
-    // receiver (— where not recorded).
+    // receiver's segments per ACK, the Linux sender's smoothed RTT, the ping to the
+    // receiver and the runner's frames' mean wait and its 90th percentile's power of two
+    // (— where not recorded).
     let load = |pairing: &str| {
         let lines: Vec<&str> = link_part
             .lines()
@@ -112,11 +121,11 @@ fn the_evaluation_generator_writes_both_tables_and_the_plots() {
     };
     assert_eq!(
         load("| Linux → Linux |"),
-        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — | 40 | 7 | 2.2 | 22.2 | 21.0 |"
+        "| 1 flow, 1 % loss | Linux → Linux | 50 / 100 | 25 / 0 | 12.5 | — | — | 40 | 7 | 2.2 | 22.2 | 21.0 | — | — |"
     );
     assert_eq!(
         load("| Linux → userstack |"),
-        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 | — | — | — | — | — |"
+        "| 1 flow, 1 % loss | Linux → userstack | 90 / 100 | 50 / 0 | 0.0 | 75.0 | 8 | — | — | — | — | — | 500 | 1024 |"
     );
     for plot in &plots {
         assert!(
