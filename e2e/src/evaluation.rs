@@ -5,6 +5,7 @@
 //! measurements come back through the node's share.
 
 use crate::{Error, Lab, LabConfig, NodeSpec, Result};
+use hoststack_runner_api::IdlePolicy;
 use std::time::Duration;
 use userstack_eval::report::{Measurement, Pairing};
 
@@ -35,6 +36,9 @@ pub struct Evaluation {
     /// Add to each row a run of Linux → Linux with the runner's core kept busy
     /// (`userstack-eval link --control`).
     pub control: bool,
+    /// Whether the runner's shard sleeps when idle or polls without pause (`userstack-eval
+    /// link --runner-idle`).
+    pub runner_idle: IdlePolicy,
 }
 
 /// Boots a lab with one VM node, runs `evaluation` in its guest and returns the measurements;
@@ -100,6 +104,9 @@ pub fn in_guest(lab: &Lab, evaluation: &Evaluation) -> Result<Vec<Measurement>> 
     } else {
         " --steer off"
     });
+    if evaluation.runner_idle == IdlePolicy::Spin {
+        script.push_str(" --runner-idle spin");
+    }
     if evaluation.control {
         script.push_str(" --control on");
     }

@@ -7,6 +7,7 @@
 //! through the router's per-port delays. Every run records where its time went.
 
 use hoststack_e2e::evaluation::{on_vm, Evaluation};
+use hoststack_runner_api::IdlePolicy;
 use std::time::Duration;
 use userstack_eval::report::{Measurement, Pairing};
 
@@ -24,6 +25,7 @@ fn both_stacks_carry_every_flow_over_the_netem_link() {
         repeat: 1,
         steer: true,
         control: false,
+        runner_idle: IdlePolicy::Park,
     })
     .expect("the evaluation runs in the VM node's guest");
     let of = |row: &str, pairing: Pairing| -> &Measurement {

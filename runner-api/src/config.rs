@@ -44,6 +44,30 @@ pub struct RunnerConfig {
     /// configures none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clients: Vec<ClientConfig>,
+    /// What a shard does when it has nothing to do ([`IdlePolicy::Park`] when absent).
+    #[serde(default, skip_serializing_if = "IdlePolicy::is_default")]
+    pub idle: IdlePolicy,
+}
+
+/// What a shard does once its loop has found nothing to do for a while.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IdlePolicy {
+    /// Sleep in poll(2) on the device until a frame arrives or the next millisecond, so an
+    /// idle runner gives its core back; the first frame after a sleep waits for the shard to
+    /// wake.
+    #[default]
+    #[serde(rename = "park", alias = "Park")]
+    Park,
+    /// Never sleep: poll the device on every turn, as a DPDK application does. No frame waits
+    /// for a wake-up; the core is the stack's whether traffic flows or not.
+    #[serde(rename = "spin", alias = "Spin")]
+    Spin,
+}
+
+impl IdlePolicy {
+    fn is_default(&self) -> bool {
+        *self == IdlePolicy::default()
+    }
 }
 
 fn default_drain_timeout_ms() -> u64 {
@@ -223,6 +247,7 @@ mod tests {
                 remote: "198.18.2.1:9".into(),
                 connections: 4,
             }],
+            idle: IdlePolicy::Spin,
         };
         let json = json!({
             "interface": "eth1",
@@ -246,7 +271,8 @@ mod tests {
                 "mempoolMbufs": 4096
             },
             "rss": { "key": "6d5a56da", "indirection": [0, 1, 0, 1] },
-            "clients": [{ "kind": "bulk", "remote": "198.18.2.1:9", "connections": 4 }]
+            "clients": [{ "kind": "bulk", "remote": "198.18.2.1:9", "connections": 4 }],
+            "idle": "spin"
         });
         (config, json)
     }
@@ -269,6 +295,7 @@ mod tests {
         assert!(config.services.is_empty());
         assert!(config.clients.is_empty());
         assert_eq!(config.drain_timeout_ms, DEFAULT_DRAIN_TIMEOUT_MS);
+        assert_eq!(config.idle, IdlePolicy::Park);
         assert_eq!(
             (config.gateway, config.dpdk, config.rss),
             (None, None, None)

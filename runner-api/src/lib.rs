@@ -25,8 +25,8 @@ pub mod config;
 pub mod stats;
 
 pub use config::{
-    Backend, ClientConfig, ClientKind, CongestionControl, DpdkConfig, RssConfig, RunnerConfig,
-    ServiceConfig, ServiceKind, TcpOptions, DEFAULT_DRAIN_TIMEOUT_MS,
+    Backend, ClientConfig, ClientKind, CongestionControl, DpdkConfig, IdlePolicy, RssConfig,
+    RunnerConfig, ServiceConfig, ServiceKind, TcpOptions, DEFAULT_DRAIN_TIMEOUT_MS,
 };
 pub use stats::{
     ChecksumOffloadStats, QueueDrops, RunState, RunnerStats, RxWait, ServiceStats, ShardStats,

@@ -5,7 +5,7 @@ use crate::report::{counter, Mark, Measurement, Pairing, Shortfall, Summary};
 use crate::rows::{Row, ROWS};
 use crate::sim;
 use crate::spread;
-use hoststack_runner_api::RxWait;
+use hoststack_runner_api::{IdlePolicy, RxWait};
 use plotters::prelude::*;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -47,7 +47,8 @@ pub fn sim_table(runs: &[(&Row, Vec<Report>)]) -> String {
 }
 
 /// The runs of `row` with `pairing`; `control`: those with a core kept busy (`--spin-core`),
-/// else those without.
+/// else those without. Runs whose runner never slept (`--runner-idle spin`) are an
+/// experiment beside the tables, not part of them.
 fn runs_of<'a>(
     measurements: &'a [Measurement],
     row: &Row,
@@ -58,6 +59,7 @@ fn runs_of<'a>(
         .iter()
         .filter(|m| m.row == row.label && m.pairing == pairing)
         .filter(|m| m.spin_core.is_some() == control)
+        .filter(|m| m.runner_idle == IdlePolicy::Park)
         .collect()
 }
 

@@ -1,6 +1,10 @@
 //! What one run of one row measured, and how userstack's figures compare with Linux's.
 
-use hoststack_runner_api::{QueueDrops, RxWait};
+use hoststack_runner_api::{IdlePolicy, QueueDrops, RxWait};
+
+fn parks(idle: &IdlePolicy) -> bool {
+    *idle == IdlePolicy::Park
+}
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use userstack_sim::median;
@@ -77,6 +81,10 @@ pub struct Measurement {
     /// The kernel's packet work was kept off the runner's core (RPS on every veth).
     #[serde(default)]
     pub steered: bool,
+    /// How the runner's shard waited when idle, in the pairings with a runner (`park`, the
+    /// runner's default, when absent).
+    #[serde(default, skip_serializing_if = "parks")]
+    pub runner_idle: IdlePolicy,
     /// The measured window after the warm-up, in seconds.
     pub seconds: f64,
     /// Each flow's goodput over the window in Mbit/s: bytes the Linux receiver read, or, when
@@ -351,6 +359,7 @@ pub(crate) fn measured(flow_mbps: &[f64], retrans: i64, out: i64) -> Measurement
         pairing: Pairing::LinuxToLinux,
         spin_core: None,
         steered: false,
+        runner_idle: IdlePolicy::Park,
         seconds: 1.0,
         flow_mbps: flow_mbps.to_vec(),
         sender: [("Tcp".to_string(), tcp)].into(),

@@ -380,6 +380,54 @@ fn echo_over_a_lossy_path_is_byte_exact() {
 
 /// SIGTERM drains: a connection whose client closes when it sees our FIN counts as
 /// drained, one whose client never closes is reset at the deadline.
+/// Voluntary context switches of the runner's shard thread (`userstack-CORE`): one per
+/// sleep in poll(2).
+fn shard_sleeps(runner: &Runner) -> u64 {
+    let pid = runner.stats()["pid"]
+        .as_u64()
+        .expect("the stats name the pid");
+    let name = format!("userstack-{}", shard_core());
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the runner's tasks");
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap();
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("voluntary_ctxt_switches in the thread's status");
+        }
+    }
+    panic!("no thread {name} in the runner {pid}");
+}
+
+/// With nothing to do, a shard parks in poll(2) (one sleep per millisecond at most) unless
+/// its config says `"idle": "spin"`, when it never sleeps.
+#[test]
+fn an_idle_shard_parks_unless_told_to_spin() {
+    in_namespaces("an_idle_shard_parks_unless_told_to_spin", || {
+        veth("usv0", "usv1", 64);
+        let sleeps_while_idle = |idle: &str| {
+            let mut config = runner_config("x", 1000);
+            config["idle"] = Value::from(idle);
+            let runner = Runner::start(&config);
+            let before = shard_sleeps(&runner);
+            std::thread::sleep(Duration::from_millis(300));
+            let slept = shard_sleeps(&runner) - before;
+            runner.stop();
+            slept
+        };
+        let parked = sleeps_while_idle("park");
+        let spun = sleeps_while_idle("spin");
+        assert!(
+            parked >= 20,
+            "a parking shard slept only {parked} times in 300 ms"
+        );
+        assert_eq!(spun, 0, "a spinning shard slept");
+    });
+}
+
 #[test]
 fn graceful_stop_drains_then_resets() {
     in_namespaces("graceful_stop_drains_then_resets", || {

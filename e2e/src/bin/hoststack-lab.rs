@@ -174,6 +174,10 @@ struct EvaluateArgs {
     /// that gives Linux the CPUs the userstack pairings leave it): on or off.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     control: String,
+    /// How the runner's shard waits when idle: park (sleep in poll(2), the runner's default)
+    /// or spin (poll without pause, so no frame waits for a wake-up).
+    #[arg(long, default_value = "park", value_parser = ["park", "spin"])]
+    runner_idle: String,
 }
 
 fn main() -> ExitCode {
@@ -485,6 +489,7 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         repeat,
         steer,
         control,
+        runner_idle,
     } = args;
     let (out, write) = (out.as_path(), write.as_deref());
     let rows: Vec<String> = match rows {
@@ -511,6 +516,11 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         repeat,
         steer: steer == "on",
         control: control == "on",
+        runner_idle: if runner_idle == "spin" {
+            hoststack_runner_api::IdlePolicy::Spin
+        } else {
+            hoststack_runner_api::IdlePolicy::Park
+        },
     };
     let measurements = on_vm(&evaluation).map_err(|e| e.to_string())?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -99,6 +99,7 @@ pub fn translate(
         dpdk,
         rss: None,
         clients: Vec::new(),
+        idle: api::IdlePolicy::Park,
     }
 }
 

@@ -4,6 +4,7 @@
 //!     userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N]
 //!                         [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N]
 //!                         [--repeat N] [--steer on|off] [--control on|off]
+//!                         [--runner-idle park|spin]
 //!     userstack-eval docs --write DIR [--seeds N] [--link FILE[,FILE...]]
 //!
 //! `sim` prints the simulator's table (seeds 1..=N, default 5). `link` runs the rows on a
@@ -15,10 +16,12 @@
 //! `--repeat N` runs every row and pairing N times, in interleaved rounds; `--steer off`
 //! lets the kernel process packets on the runner's core too (on by default: every veth's RPS
 //! mask leaves that core out, in every pairing); `--control on` adds to each row a run of
-//! Linux → Linux with the runner's core kept busy. `docs` writes
+//! Linux → Linux with the runner's core kept busy; `--runner-idle spin` makes the runner's
+//! shard poll without ever sleeping (default `park`: it sleeps in poll(2) when idle). `docs` writes
 //! DIR/evaluation.md and its plots from the simulator and, with `--link`, those measurements
 //! (the runs of several files together).
 
+use hoststack_runner_api::IdlePolicy;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,7 +31,7 @@ use userstack_eval::report::{Measurement, Pairing};
 use userstack_eval::rows::{self, Row, ROWS};
 
 const USAGE: &str = "usage: userstack-eval sim [--seeds N]
-       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N] [--repeat N] [--steer on|off] [--control on|off]
+       userstack-eval link --runner PATH --out FILE [--seconds S] [--warmup S] [--core N] [--rows LABEL;LABEL...] [--pairings NAME,NAME...] [--spin-core N] [--repeat N] [--steer on|off] [--control on|off] [--runner-idle park|spin]
        userstack-eval docs --write DIR [--seeds N] [--link FILE[,FILE...]]";
 
 fn main() -> ExitCode {
@@ -146,6 +149,7 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
         "--repeat",
         "--steer",
         "--control",
+        "--runner-idle",
     ])?;
     let runner = flags
         .get("--runner")
@@ -177,6 +181,15 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
             })
             .transpose()?,
         steer: flags.switch("--steer", true)?,
+        runner_idle: match flags.get("--runner-idle") {
+            None | Some("park") => IdlePolicy::Park,
+            Some("spin") => IdlePolicy::Spin,
+            Some(other) => {
+                return Err(Problem::Usage(format!(
+                    "--runner-idle {other:?}: park or spin"
+                )))
+            }
+        },
         dir: out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())

@@ -11,7 +11,7 @@ pub mod topology;
 use crate::report::{moved, Counters, Load, Measurement, Pairing};
 use crate::rows::Row;
 use cpu::CpuTime;
-use hoststack_runner_api::{QueueDrops, RunnerStats, RxWait};
+use hoststack_runner_api::{IdlePolicy, QueueDrops, RunnerStats, RxWait};
 use linux::{SendLimits, Senders, Sink};
 use runner::{Role, Runner};
 use std::net::SocketAddrV4;
@@ -44,6 +44,8 @@ pub struct Options {
     /// Keep the kernel's packet work off `core` in every pairing (RPS on every veth), as a
     /// user-space stack's dedicated core is kept free of it.
     pub steer: bool,
+    /// Whether the runner's shard sleeps when idle or polls without pause.
+    pub runner_idle: IdlePolicy,
 }
 
 /// A thread spinning on one core until dropped.
@@ -169,6 +171,11 @@ pub fn measure(row: &Row, pairing: Pairing, options: &Options) -> Result<Measure
         pairing,
         spin_core: options.spin_core,
         steered: options.steer,
+        runner_idle: if pairing == Pairing::LinuxToLinux {
+            IdlePolicy::default()
+        } else {
+            options.runner_idle
+        },
         seconds,
         flow_mbps,
         sender: moved(&first.sender, &last.sender),
@@ -316,7 +323,8 @@ fn start_userstack(options: &Options, sack: bool, role: Role) -> Result<Runner, 
         ),
         Role::Send(_) => (SENDER_NS, SENDER_IF, SENDER_USERSTACK, SENDER_GATEWAY),
     };
-    let config = runner::config(interface, address, gateway, options.core, sack, &role);
+    let mut config = runner::config(interface, address, gateway, options.core, sack, &role);
+    config.idle = options.runner_idle;
     Runner::start(&options.runner, ns, &config, &options.dir)
 }
 

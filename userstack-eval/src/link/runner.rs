@@ -5,8 +5,8 @@
 
 use super::topology::PREFIX;
 use hoststack_runner_api::{
-    Backend, ClientConfig, ClientKind, RunState, RunnerConfig, RunnerStats, ServiceConfig,
-    ServiceKind, TcpOptions,
+    Backend, ClientConfig, ClientKind, IdlePolicy, RunState, RunnerConfig, RunnerStats,
+    ServiceConfig, ServiceKind, TcpOptions,
 };
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -75,6 +75,7 @@ pub fn config(
         dpdk: None,
         rss: None,
         clients,
+        idle: IdlePolicy::default(),
     }
 }
 

@@ -238,7 +238,7 @@ impl Runtime {
                         .map_err(|e| format!("clients: connecting to {remote}: {e:?}"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let shard = Shard::new(stack, device, services.clone(), &clients)?;
+            let shard = Shard::new(stack, device, services.clone(), &clients, config.idle)?;
             let (control, thread_figures, ready) =
                 (control.clone(), figures.clone(), ready_tx.clone());
             let thread = std::thread::Builder::new()

@@ -4,13 +4,13 @@
 //! between device and stack, sessions are allocated once per connection, and figures are
 //! published through atomics (counters with a `try_lock` every [`PUBLISH_EVERY`]).
 //!
-//! After [`IDLE_SPINS`] turns without any work the loop parks in poll(2) on the device's
-//! descriptor for at most [`IDLE_WAIT`], so an idle shard does not burn its core; under
-//! load it never sleeps.
+//! With [`IdlePolicy::Park`], after [`IDLE_SPINS`] turns without any work the loop parks in
+//! poll(2) on the device's descriptor for at most [`IDLE_WAIT`], so an idle shard does not
+//! burn its core; under load it never sleeps. With [`IdlePolicy::Spin`] it never parks.
 
 use super::services::{Bulk, ServiceSpec, Session, Verdict};
 use crate::device::Device;
-use hoststack_runner_api::{QueueDrops, RxWait, StopStats};
+use hoststack_runner_api::{IdlePolicy, QueueDrops, RxWait, StopStats};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -169,6 +169,7 @@ pub struct Shard {
     draining: bool,
     /// Connections that closed gracefully while draining.
     drained: u64,
+    idle: IdlePolicy,
 }
 
 impl std::fmt::Debug for Shard {
@@ -181,13 +182,14 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Shard {
-    /// A shard serving `services` with `stack` on `device`, listening at once, and sending
-    /// in bulk on `clients`, connections `stack` has opened.
+    /// A shard serving `services` with `stack` on `device`, listening at once, sending in
+    /// bulk on `clients`, connections `stack` has opened, and waiting as `idle` says.
     pub fn new(
         mut stack: Stack,
         device: Box<dyn Device + Send>,
         services: Vec<(u16, ServiceSpec)>,
         clients: &[SocketHandle],
+        idle: IdlePolicy,
     ) -> Result<Shard, String> {
         for (port, _) in &services {
             stack
@@ -212,6 +214,7 @@ impl Shard {
             events: Vec::with_capacity(4096),
             draining: false,
             drained: 0,
+            idle,
         })
     }
 
@@ -251,7 +254,7 @@ impl Shard {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
-                if idle >= IDLE_SPINS {
+                if idle >= IDLE_SPINS && self.idle == IdlePolicy::Park {
                     self.park();
                 }
             }
