@@ -74,12 +74,15 @@ pub fn parse_proc_net(text: &str) -> Counters {
     counters
 }
 
+/// One accepted connection: the index of its port among the sink's, and the bytes read.
+type AcceptedFlow = (usize, Arc<AtomicU64>);
+
 /// Connections that read and drop everything, on listeners in one namespace.
 #[derive(Debug)]
 pub struct Sink {
     stop: Arc<AtomicBool>,
     /// Bytes read, per connection with the index of the port that accepted it.
-    flows: Arc<Mutex<Vec<(usize, Arc<AtomicU64>)>>>,
+    flows: Arc<Mutex<Vec<AcceptedFlow>>>,
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
