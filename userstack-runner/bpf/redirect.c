@@ -49,7 +49,7 @@ struct {
 	__type(value, __u32);
 } settings SEC(".maps");
 
-// Must match RX_STAMP_CHECK in xdp_redirect.rs.
+// Must match RX_STAMP_CHECK in src/device/rx_stamp.rs.
 #define RX_STAMP_CHECK 0x7573746b72787374ULL
 
 // ARP for IPv4 over Ethernet: the target protocol address sits 24 bytes into the ARP payload.

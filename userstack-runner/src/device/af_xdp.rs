@@ -24,7 +24,7 @@
 //! frame and keeps how long frames waited ([`Device::rx_wait`]), with one clock read per
 //! batch that holds stamped frames.
 
-use super::xdp_redirect::{rx_stamp, RX_STAMP_LEN};
+use super::rx_stamp::{rx_stamp, RX_STAMP_LEN};
 use super::{ChecksumOffload, Device};
 use crate::runtime::interface;
 use hoststack_runner_api::{QueueDrops, RxWait};

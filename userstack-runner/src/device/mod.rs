@@ -1,12 +1,14 @@
 //! The boundary to packet I/O: a device moves Ethernet frames in batches. One backend per
 //! module: [`memory`] (an in-memory link for tests), [`af_xdp`] (AF_XDP sockets on a NIC's
-//! queues, fed by the [`xdp_redirect`] program), [`tap`] (a TAP device) and, with the cargo
-//! feature `dpdk`, `dpdk` (a PCI device bound to vfio-pci, through DPDK).
+//! queues, fed by the [`xdp_redirect`] program, which stamps each frame: [`rx_stamp`]),
+//! [`tap`] (a TAP device) and, with the cargo feature `dpdk`, `dpdk` (a PCI device bound to
+//! vfio-pci, through DPDK).
 
 pub mod af_xdp;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod memory;
+pub mod rx_stamp;
 pub mod tap;
 pub mod xdp_redirect;
 

@@ -2,7 +2,7 @@
 //! frames — ARP for its address, TCP to its address on a service port or in its ephemeral
 //! range — to the socket of the queue they arrived on, and passes everything else to the
 //! kernel. Each frame it redirects carries a stamp of the kernel's monotonic clock in its
-//! XDP metadata ([`rx_stamp`]), from which the socket measures how long frames wait.
+//! XDP metadata ([`super::rx_stamp`]), from which the socket measures how long frames wait.
 //!
 //! Loaded with aya and attached through a BPF link that is not pinned: the link lives as
 //! long as the [`RedirectProgram`] (and so the process) does, so the kernel detaches the
@@ -20,22 +20,6 @@ use std::os::fd::AsRawFd;
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/redirect.o"));
 /// The program's function name in the object.
 const FUNCTION: &str = "userstack_redirect";
-
-/// Bytes of XDP metadata the program writes before each frame it redirects: the kernel's
-/// monotonic clock in nanoseconds (`bpf_ktime_get_ns`), then that value XOR
-/// [`RX_STAMP_CHECK`], both in host byte order.
-pub const RX_STAMP_LEN: usize = 16;
-/// The check word's key (`RX_STAMP_CHECK` in `bpf/redirect.c`): bytes that are not a stamp
-/// (a driver without room for metadata, a frame the program never saw) fail the check.
-pub const RX_STAMP_CHECK: u64 = 0x7573_746b_7278_7374;
-
-/// The program's stamp in the [`RX_STAMP_LEN`] bytes before a frame, if they hold one.
-pub fn rx_stamp(meta: &[u8; RX_STAMP_LEN]) -> Option<u64> {
-    let (stamp, check) = meta.split_at(8);
-    let stamp = u64::from_ne_bytes(stamp.try_into().ok()?);
-    let check = u64::from_ne_bytes(check.try_into().ok()?);
-    (stamp != 0 && check == stamp ^ RX_STAMP_CHECK).then_some(stamp)
-}
 
 /// Which frames the program hands to the stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,28 +128,5 @@ impl RedirectProgram {
         sockets
             .set(queue, socket.as_raw_fd(), 0)
             .map_err(|e| error("adding the socket to the xsks map", e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn meta(stamp: u64, check: u64) -> [u8; RX_STAMP_LEN] {
-        let mut meta = [0; RX_STAMP_LEN];
-        meta[..8].copy_from_slice(&stamp.to_ne_bytes());
-        meta[8..].copy_from_slice(&check.to_ne_bytes());
-        meta
-    }
-
-    #[test]
-    fn a_stamp_is_read_only_with_its_check_word() {
-        let now = 1_234_567_890_123;
-        assert_eq!(rx_stamp(&meta(now, now ^ RX_STAMP_CHECK)), Some(now));
-        // Stale or foreign bytes: a wrong check, a cleared stamp, zeroed headroom.
-        assert_eq!(rx_stamp(&meta(now, now)), None);
-        assert_eq!(rx_stamp(&meta(now + 1, now ^ RX_STAMP_CHECK)), None);
-        assert_eq!(rx_stamp(&meta(0, RX_STAMP_CHECK)), None);
-        assert_eq!(rx_stamp(&[0; RX_STAMP_LEN]), None);
     }
 }
