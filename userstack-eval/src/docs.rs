@@ -76,9 +76,9 @@ const LINES: [(Pairing, bool, &str); 4] = [
     (Pairing::LinuxToUserstack, false, "Linux → userstack"),
 ];
 
-/// `userstack`'s mark against `linux`; a worse one names each figure that falls short with
-/// the p-value of its runs against Linux's ([`spread::mann_whitney_p`]): how often runs
-/// split at random between the two lines differ as much.
+/// `userstack`'s mark against `linux`; a worse one names each figure that falls short, with
+/// the p-value of its runs against Linux's ([`spread::mann_whitney_p`]: how often runs split
+/// at random between the two lines differ as much) when both lines have several runs.
 fn judged(
     userstack: &Summary,
     linux: &Summary,
@@ -92,14 +92,16 @@ fn judged(
     let figures = |runs: &[&Measurement], what: Shortfall| -> Vec<f64> {
         runs.iter().map(|m| what.figure(m)).collect()
     };
+    let several = ours.len() > 1 && theirs.len() > 1;
     let shortfalls: Vec<String> = Shortfall::of(userstack, linux)
         .into_iter()
-        .map(
-            |what| match spread::mann_whitney_p(&figures(ours, what), &figures(theirs, what)) {
+        .map(|what| {
+            let p = spread::mann_whitney_p(&figures(ours, what), &figures(theirs, what));
+            match p.filter(|_| several) {
                 Some(p) => format!("{} p {p:.2}", what.as_str()),
                 None => what.as_str().to_string(),
-            },
-        )
+            }
+        })
         .collect();
     format!("{}: {}", mark.as_str(), shortfalls.join(", "))
 }
@@ -334,7 +336,8 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          TCPLossUndo. A userstack line is **better** with goodput more than 2 % above\n\
          Linux → Linux on the same row, **equal** within 2 % (Jain too, retransmitted/sent\n\
          at most 0.2 points above), **worse** otherwise; a worse mark names each figure that\n\
-         falls short with its p-value: the exact two-sided Mann-Whitney test of the line's runs\n\
+         falls short, with its p-value where both lines have several runs: the exact\n\
+         two-sided Mann-Whitney test of the line's runs\n\
          against Linux's, the share of all splits of the pooled runs between the two lines whose\n\
          rank sums lie as far apart (with three runs a side it cannot fall below 0.10; a large p\n\
          says the runs cannot tell the lines apart, not that they are the same). The guest has two vCPUs and the runner\n\
@@ -487,5 +490,7 @@ mod tests {
         // The median 5 % below, but the runs interleave with Linux's: 6 of 20 splits.
         assert_eq!(judge(&[59.0, 59.0, 63.0]), "worse: goodput p 0.30");
         assert_eq!(judge(&[61.5, 62.0, 64.0]), "equal");
+        // One run cannot be set against Linux's spread: the figure alone.
+        assert_eq!(judge(&[50.0]), "worse: goodput");
     }
 }
