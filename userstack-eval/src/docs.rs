@@ -368,7 +368,7 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          which stamps each with the kernel's clock, and its loop taking them off the AF_XDP\n\
          ring (the veth publishes a poll's redirected frames at the poll's end; the loop may\n\
          be parked or busy): the mean, and the power of two in microseconds under which 90 %\n\
-         of them waited.\n\n{}",
+         of them waited; — for runs made before the runner reported it.\n\n{}",
         link_table(measurements, runs),
         load_table(measurements),
     )
