@@ -45,7 +45,7 @@ pub struct RunnerConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clients: Vec<ClientConfig>,
     /// What a shard does when it has nothing to do ([`IdlePolicy::Park`] when absent).
-    #[serde(default, skip_serializing_if = "IdlePolicy::is_default")]
+    #[serde(default, skip_serializing_if = "IdlePolicy::is_park")]
     pub idle: IdlePolicy,
 }
 
@@ -65,8 +65,22 @@ pub enum IdlePolicy {
 }
 
 impl IdlePolicy {
-    fn is_default(&self) -> bool {
-        *self == IdlePolicy::default()
+    /// Whether this is [`IdlePolicy::Park`], the default (left out of the JSON).
+    pub fn is_park(&self) -> bool {
+        *self == IdlePolicy::Park
+    }
+}
+
+impl std::str::FromStr for IdlePolicy {
+    type Err = String;
+
+    /// The contract's spelling, `park` or `spin`.
+    fn from_str(s: &str) -> Result<IdlePolicy, String> {
+        match s {
+            "park" => Ok(IdlePolicy::Park),
+            "spin" => Ok(IdlePolicy::Spin),
+            other => Err(format!("{other:?}: park or spin")),
+        }
     }
 }
 
@@ -296,6 +310,8 @@ mod tests {
         assert!(config.clients.is_empty());
         assert_eq!(config.drain_timeout_ms, DEFAULT_DRAIN_TIMEOUT_MS);
         assert_eq!(config.idle, IdlePolicy::Park);
+        assert_eq!("spin".parse(), Ok(IdlePolicy::Spin));
+        assert!("sleep".parse::<IdlePolicy>().is_err());
         assert_eq!(
             (config.gateway, config.dpdk, config.rss),
             (None, None, None)

@@ -1,10 +1,6 @@
 //! What one run of one row measured, and how userstack's figures compare with Linux's.
 
 use hoststack_runner_api::{IdlePolicy, QueueDrops, RxWait};
-
-fn parks(idle: &IdlePolicy) -> bool {
-    *idle == IdlePolicy::Park
-}
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use userstack_sim::median;
@@ -83,7 +79,7 @@ pub struct Measurement {
     pub steered: bool,
     /// How the runner's shard waited when idle, in the pairings with a runner (`park`, the
     /// runner's default, when absent).
-    #[serde(default, skip_serializing_if = "parks")]
+    #[serde(default, skip_serializing_if = "IdlePolicy::is_park")]
     pub runner_idle: IdlePolicy,
     /// The measured window after the warm-up, in seconds.
     pub seconds: f64,

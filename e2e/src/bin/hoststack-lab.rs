@@ -176,8 +176,8 @@ struct EvaluateArgs {
     control: String,
     /// How the runner's shard waits when idle: park (sleep in poll(2), the runner's default)
     /// or spin (poll without pause, so no frame waits for a wake-up).
-    #[arg(long, default_value = "park", value_parser = ["park", "spin"])]
-    runner_idle: String,
+    #[arg(long, default_value = "park", value_parser = str::parse::<hoststack_runner_api::IdlePolicy>)]
+    runner_idle: hoststack_runner_api::IdlePolicy,
 }
 
 fn main() -> ExitCode {
@@ -516,11 +516,7 @@ fn evaluate(args: EvaluateArgs) -> Result<(), String> {
         repeat,
         steer: steer == "on",
         control: control == "on",
-        runner_idle: if runner_idle == "spin" {
-            hoststack_runner_api::IdlePolicy::Spin
-        } else {
-            hoststack_runner_api::IdlePolicy::Park
-        },
+        runner_idle,
     };
     let measurements = on_vm(&evaluation).map_err(|e| e.to_string())?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {

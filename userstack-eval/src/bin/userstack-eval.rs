@@ -181,15 +181,10 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
             })
             .transpose()?,
         steer: flags.switch("--steer", true)?,
-        runner_idle: match flags.get("--runner-idle") {
-            None | Some("park") => IdlePolicy::Park,
-            Some("spin") => IdlePolicy::Spin,
-            Some(other) => {
-                return Err(Problem::Usage(format!(
-                    "--runner-idle {other:?}: park or spin"
-                )))
-            }
-        },
+        runner_idle: flags
+            .get("--runner-idle")
+            .map_or(Ok(IdlePolicy::Park), str::parse)
+            .map_err(|e| Problem::Usage(format!("--runner-idle {e}")))?,
         dir: out
             .parent()
             .filter(|p| !p.as_os_str().is_empty())

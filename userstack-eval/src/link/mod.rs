@@ -323,8 +323,15 @@ fn start_userstack(options: &Options, sack: bool, role: Role) -> Result<Runner, 
         ),
         Role::Send(_) => (SENDER_NS, SENDER_IF, SENDER_USERSTACK, SENDER_GATEWAY),
     };
-    let mut config = runner::config(interface, address, gateway, options.core, sack, &role);
-    config.idle = options.runner_idle;
+    let config = runner::config(
+        interface,
+        address,
+        gateway,
+        options.core,
+        sack,
+        &role,
+        options.runner_idle,
+    );
     Runner::start(&options.runner, ns, &config, &options.dir)
 }
 

@@ -27,7 +27,7 @@ pub enum Role {
     Send(Vec<SocketAddrV4>),
 }
 
-/// The runner's configuration for `role` on `interface` with `address`.
+/// The runner's configuration for `role` on `interface` with `address`, idling as `idle`.
 pub fn config(
     interface: &str,
     address: Ipv4Addr,
@@ -35,6 +35,7 @@ pub fn config(
     core: u32,
     sack: bool,
     role: &Role,
+    idle: IdlePolicy,
 ) -> RunnerConfig {
     let (services, clients) = match role {
         Role::Receive(ports) => (
@@ -75,7 +76,7 @@ pub fn config(
         dpdk: None,
         rss: None,
         clients,
-        idle: IdlePolicy::default(),
+        idle,
     }
 }
 
@@ -175,6 +176,7 @@ mod tests {
             1,
             false,
             &Role::Receive(vec![5001, 5002]),
+            IdlePolicy::Park,
         );
         assert_eq!(receive.services.len(), 2);
         assert!(receive.clients.is_empty());
@@ -188,6 +190,7 @@ mod tests {
             1,
             true,
             &Role::Send(vec![to, to]),
+            IdlePolicy::Park,
         );
         assert!(send.services.is_empty());
         assert_eq!(send.clients.len(), 2);
