@@ -1,6 +1,7 @@
 //! What a lab consists of: its nodes and which hoststack processes it runs.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// How a lab node is realised: a network namespace with the agent as a process, a real
 /// kubelet in the namespace, or a VM with PCI devices.
@@ -86,7 +87,14 @@ pub struct LabConfig {
     pub record_writes: bool,
     /// Extra flags for kube-apiserver (e.g. the inflight limits of a large cluster).
     pub apiserver_args: Vec<String>,
+    /// How long one boot of a VM node's guest may take, from starting qemu until it is ready,
+    /// before the lab power-cycles it ([`VM_BOOT_TIMEOUT`] by default).
+    pub vm_boot_timeout: Duration,
 }
+
+/// A VM node's boot timeout by default: a guest is ready in about 12 s under TCG on an idle
+/// host and 30 s beside two busy cores.
+pub const VM_BOOT_TIMEOUT: Duration = Duration::from_secs(150);
 
 impl LabConfig {
     /// `n` process nodes named node-a, node-b, ...; the last is labelled `pool=core`, the
@@ -107,6 +115,7 @@ impl LabConfig {
             agent_image: "ghcr.io/hoststack/hoststack:dev".to_string(),
             record_writes: false,
             apiserver_args: Vec::new(),
+            vm_boot_timeout: VM_BOOT_TIMEOUT,
         }
     }
 

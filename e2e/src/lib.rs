@@ -29,7 +29,7 @@ pub mod scale;
 pub mod traffic;
 pub mod vm;
 
-pub use config::{LabConfig, NodeKind, NodeSpec};
+pub use config::{LabConfig, NodeKind, NodeSpec, VM_BOOT_TIMEOUT};
 pub use lab::kubelet::LAB_IMAGE;
 pub use lab::sweep::{sweep, SweepReport};
 pub use lab::{control_plane_dir, Identity, Lab, AGENT_METRICS_PORT, NAMESPACE, PROMETHEUS_SECRET};

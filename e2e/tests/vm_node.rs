@@ -9,7 +9,8 @@
 //! node and an impossible count; NIC channels, rings, offloads and MTU, IRQ affinity, RPS and
 //! XPS, and their revert; the DPDK binding to vfio-pci, a real dpdk-testpmd answering pings
 //! from a namespace on the lab bridge, and the revert to virtio-pci; a power cut while the
-//! node is on a revision (the agent re-applies it after the boot, and the delete restores the
+//! node is on a revision (the first boot after it made to stop and power-cycled by the lab; the
+//! agent re-applies the revision after the boot that comes up, and the delete restores the
 //! pre-tuning values from its journal); SIGKILL of the agent between unbind and bind. Waits on the guest are budgets of its progress, not of wall time
 //! (`Lab::wait_for_guest`).
 
@@ -19,11 +20,15 @@ use std::time::Duration;
 use hoststack_e2e::faults::inject;
 use hoststack_e2e::prometheus::{revision_transactions, sample, scrape};
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI, MGMT_IF, MGMT_PCI};
-use hoststack_e2e::{Lab, LabConfig, NodeSpec};
+use hoststack_e2e::{Lab, LabConfig, NodeSpec, VM_BOOT_TIMEOUT};
 
 const NODE: &str = "vm-a";
 /// How much of the guest's progress the agent may take to converge in any one step (TCG).
 const CONVERGE: Duration = Duration::from_secs(180);
+/// The boot timeout of the power-cut step, whose first boot after the cut is made not to come
+/// up: short, so that the step does not wait long for the lab to power-cycle it, and still
+/// twice what a boot takes beside two busy cores.
+const STUCK_BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 const HUGE_NODE0: &str = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages";
 const HUGE_NODE1: &str = "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages";
 
@@ -229,10 +234,12 @@ fn queue_irqs(vm: &Vm) -> Vec<(String, u32)> {
     out
 }
 
-/// A lab whose only node is the VM node, labelled pool=vm.
-fn vm_lab() -> Lab {
+/// A lab whose only node is the VM node, labelled pool=vm; a boot of its guest that is not
+/// ready within `boot_timeout` is power-cycled.
+fn vm_lab(boot_timeout: Duration) -> Lab {
     let mut config = LabConfig::with_nodes(0);
     config.nodes.push(NodeSpec::vm(NODE).label("pool", "vm"));
+    config.vm_boot_timeout = boot_timeout;
     let lab = Lab::start(config).expect("lab with a VM node starts");
     let vm = lab.vm(NODE);
     eprintln!(
@@ -250,7 +257,13 @@ fn vm_lab() -> Lab {
 /// Runs `step` on a lab of its own (one boot per step, so that a failing step names itself and
 /// hides no other), then stops the lab.
 fn on_a_fresh_vm_node(step: impl FnOnce(&Lab, &Vm)) {
-    let lab = vm_lab();
+    on_a_fresh_vm_node_booting_within(VM_BOOT_TIMEOUT, step);
+}
+
+/// [`on_a_fresh_vm_node`] with a lab that power-cycles a guest not ready within
+/// `boot_timeout`.
+fn on_a_fresh_vm_node_booting_within(boot_timeout: Duration, step: impl FnOnce(&Lab, &Vm)) {
+    let lab = vm_lab(boot_timeout);
     step(&lab, lab.vm(NODE));
     lab.stop()
         .expect("the lab stops cleanly (VM powered off, taps removed)");
@@ -286,7 +299,7 @@ fn vm_node_binds_its_data_nic_to_vfio_for_a_real_dpdk_and_back() {
 
 #[test]
 fn vm_node_reapplies_its_revision_after_a_power_cut_and_a_delete_restores_the_originals() {
-    on_a_fresh_vm_node(step_power_cut);
+    on_a_fresh_vm_node_booting_within(STUCK_BOOT_TIMEOUT, step_power_cut);
 }
 
 #[test]
@@ -849,7 +862,7 @@ fn step_power_cut(lab: &Lab, vm: &Vm) {
     );
 
     lab.cut_vm_power(NODE);
-    let booted = lab.power_on_vm(NODE);
+    let booted = power_on_through_a_stuck_boot(lab, vm);
     eprintln!("{NODE} booted again in {booted:?} after its power was cut");
     // The new agent found the host off its revision: its drift counter (which starts at 0 with
     // the process) counts the transaction that set the revision's values again.
@@ -878,6 +891,62 @@ fn step_power_cut(lab: &Lab, vm: &Vm) {
         &originals,
         "the delete after the reboot did not restore the pre-tuning values",
     );
+}
+
+/// Powers the VM node on again through a boot that does not come up: its init blocks reading
+/// its `config.env`, made a FIFO on the share (in the guest a pipe without a writer), until
+/// the lab power-cycles the guest after its boot timeout; the file is put back then, and the
+/// next boot comes up. The lab's log has the stuck boot with where its vCPUs were, each named
+/// by the kernel's System.map.
+fn power_on_through_a_stuck_boot(lab: &Lab, vm: &Vm) -> Duration {
+    let config_env = vm.share().join("config.env");
+    let config = std::fs::read(&config_env).expect("reading the share's config.env");
+    std::fs::remove_file(&config_env).expect("removing config.env");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&config_env)
+        .status()
+        .expect("running mkfifo");
+    assert!(made.success(), "mkfifo {}: {made}", config_env.display());
+    let lab_log = lab.log_path("lab");
+    let power_cycled = || {
+        std::fs::read_to_string(&lab_log)
+            .unwrap_or_default()
+            .contains("power-cycling it (boot 1 of")
+    };
+    let booted = std::thread::scope(|scope| {
+        let power_on = scope.spawn(|| lab.power_on_vm(NODE));
+        let deadline = std::time::Instant::now() + 3 * STUCK_BOOT_TIMEOUT;
+        while !power_cycled() && !power_on.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lab did not power-cycle the stuck guest in {:?}",
+                3 * STUCK_BOOT_TIMEOUT
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let staged = config_env.with_extension("env.new");
+        std::fs::write(&staged, &config).expect("writing config.env back");
+        std::fs::rename(&staged, &config_env).expect("putting config.env back");
+        power_on.join().expect("powering on")
+    });
+    let log = std::fs::read_to_string(&lab_log).expect("the lab's log");
+    let stuck = log
+        .split("power-cycling it (boot 1 of")
+        .next()
+        .and_then(|before| before.rsplit("was not ready after").next())
+        .expect("the stuck boot's note");
+    eprintln!("the stuck boot, as the lab noted it:{stuck}");
+    for cpu in 0..2 {
+        let place = stuck
+            .lines()
+            .find(|l| l.starts_with(&format!("vCPU {cpu} at 0xffffffff")))
+            .unwrap_or_else(|| panic!("no place of vCPU {cpu} in the stuck boot's note:\n{stuck}"));
+        assert!(
+            place.contains("+0x"),
+            "vCPU {cpu}'s place is not named by the System.map: {place}"
+        );
+    }
+    booted
 }
 
 /// What the power-cut step's revision sets: node 0's and node 1's 2 MiB pages, somaxconn and

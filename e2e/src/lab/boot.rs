@@ -71,7 +71,7 @@ impl Lab {
             ),
             control_plane: ControlPlane::new(&dir),
             nodes: Nodes::plan(index, &dir, &config.nodes),
-            vm_nodes: VmNodes::default(),
+            vm_nodes: VmNodes::new(config.vm_boot_timeout),
             real_nodes: None,
             workloads,
             kubeconfigs,

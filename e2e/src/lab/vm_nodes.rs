@@ -10,19 +10,24 @@ use super::wait::LabLog;
 use super::workloads::Workloads;
 use crate::config::NodeKind;
 use crate::process::{self, Managed, ProcessState, Spawner};
-use crate::vm::{self, Vm};
+use crate::vm::{self, BootFailure, Vm};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a VM node's guest may take from starting qemu until it is ready (TCG).
-const VM_BOOT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Boots tried before a VM node counts as not coming up. The guest's kernel under TCG has been
+/// seen to stop for good during boot on a busy host (after enumerating PCI, before init), once
+/// in many boots; as a node's BMC power-cycles a node that does not come up, the lab cuts the
+/// power of such a guest and boots it again, and notes it with where its vCPUs were.
+const VM_BOOT_ATTEMPTS: u32 = 3;
 
 /// The VM nodes of one lab and their qemu processes.
-#[derive(Default)]
 pub(crate) struct VmNodes {
+    /// How long one boot may take before the guest is power-cycled
+    /// ([`crate::LabConfig::vm_boot_timeout`]).
+    boot_timeout: Duration,
     /// (node, its VM), in configuration order.
     vms: Vec<(String, Vm)>,
     /// qemu by process name ([`Vm::process_name`]).
@@ -30,6 +35,15 @@ pub(crate) struct VmNodes {
 }
 
 impl VmNodes {
+    /// No VM nodes yet; each boot of one may take `boot_timeout`.
+    pub fn new(boot_timeout: Duration) -> VmNodes {
+        VmNodes {
+            boot_timeout,
+            vms: Vec::new(),
+            qemu: Mutex::default(),
+        }
+    }
+
     /// Prepares and starts every VM node's qemu (with the agent of `agents` inside, if given),
     /// then waits until each guest is ready.
     pub fn boot(
@@ -88,7 +102,7 @@ impl VmNodes {
         }
         for (i, started) in launched {
             let (name, machine) = &self.vms[i];
-            let booted = self.await_boot(machine, started)?;
+            let booted = self.await_boot(machine, started, spawner, log)?;
             log.note(&format!(
                 "VM node {name}: guest ready {:.2}s after qemu started",
                 booted.as_secs_f64()
@@ -115,20 +129,8 @@ impl VmNodes {
     /// ready.
     pub fn power_on(&self, node: &str, spawner: &Spawner, log: &LabLog) -> Result<Duration> {
         let machine = self.running(node)?;
-        let process = machine.process_name();
-        let qemu = {
-            let mut qemu = self.qemu();
-            let old = qemu
-                .get_mut(&process)
-                .ok_or_else(|| Error::Setup(format!("{node} has no qemu")))?;
-            if old.exited().is_none() {
-                return Err(Error::Setup(format!("{node}'s power is on")));
-            }
-            spawner.respawn(old)?
-        };
-        let started = Instant::now();
-        self.qemu().insert(process, qemu);
-        let booted = self.await_boot(machine, started)?;
+        let started = self.relaunch(machine, spawner)?;
+        let booted = self.await_boot(machine, started, spawner, log)?;
         log.note(&format!(
             "VM node {node}: powered on again; guest ready {:.2}s after qemu started",
             booted.as_secs_f64()
@@ -136,17 +138,65 @@ impl VmNodes {
         Ok(booted)
     }
 
-    /// Waits until `machine`'s guest is ready ([`Vm::await_boot`]), its qemu started at
-    /// `started`; fails early when that qemu exits.
-    fn await_boot(&self, machine: &Vm, started: Instant) -> Result<Duration> {
+    /// Starts `machine`'s qemu again, its power off; returns when.
+    fn relaunch(&self, machine: &Vm, spawner: &Spawner) -> Result<Instant> {
         let process = machine.process_name();
-        machine.await_boot(started, VM_BOOT_TIMEOUT, || {
-            self.qemu()
+        let qemu = {
+            let mut qemu = self.qemu();
+            let old = qemu
                 .get_mut(&process)
-                .map_or(Some("gone".to_string()), |p| {
-                    p.exited().map(|s| s.to_string())
-                })
-        })
+                .ok_or_else(|| Error::Setup(format!("{} has no qemu", machine.node())))?;
+            if old.exited().is_none() {
+                return Err(Error::Setup(format!("{}'s power is on", machine.node())));
+            }
+            spawner.respawn(old)?
+        };
+        let started = Instant::now();
+        self.qemu().insert(process, qemu);
+        Ok(started)
+    }
+
+    /// Waits until `machine`'s guest is ready ([`Vm::await_boot`]), its qemu started at
+    /// `started`; fails early when that qemu exits. A guest not ready after
+    /// its boot timeout is power-cycled, up to [`VM_BOOT_ATTEMPTS`] boots in all; returns
+    /// how long the boot that came up took.
+    fn await_boot(
+        &self,
+        machine: &Vm,
+        mut started: Instant,
+        spawner: &Spawner,
+        log: &LabLog,
+    ) -> Result<Duration> {
+        let process = machine.process_name();
+        let mut boot = 1;
+        loop {
+            let exited = || {
+                self.qemu()
+                    .get_mut(&process)
+                    .map_or(Some("gone".to_string()), |p| {
+                        p.exited().map(|s| s.to_string())
+                    })
+            };
+            match machine.await_boot(started, self.boot_timeout, exited) {
+                Err(BootFailure::NotReady(why)) if boot < VM_BOOT_ATTEMPTS => {
+                    log.note(&format!(
+                        "{why}\nVM node {}: power-cycling it (boot {boot} of \
+                         {VM_BOOT_ATTEMPTS} did not come up)",
+                        machine.node()
+                    ));
+                    self.cut_power(machine.node())?;
+                    started = self.relaunch(machine, spawner)?;
+                    boot += 1;
+                }
+                Ok(took) => {
+                    if let Err(e) = machine.keep_kallsyms() {
+                        log.note(&format!("VM node {}: {e}", machine.node()));
+                    }
+                    return Ok(took);
+                }
+                Err(failure) => return Err(failure.into()),
+            }
+        }
     }
 
     /// The VM of `node`, or an error naming it.

@@ -22,6 +22,9 @@ pub(crate) struct GuestKernel {
     pub image: PathBuf,
     /// `lib/modules/<release>` of the package.
     pub modules: PathBuf,
+    /// The kernel's text symbols as a guest listed them (`kallsyms`, in System.map's format),
+    /// once one has been ready (Debian's `boot/System.map` is a placeholder).
+    pub kallsyms: PathBuf,
 }
 
 /// The kernel package `linux-image-amd64` depends on (`linux-image-6.1.0-57-amd64`), from the
@@ -64,6 +67,7 @@ pub(crate) fn ensure() -> Result<GuestKernel> {
     let kernel = GuestKernel {
         image: dir.join("boot").join(format!("vmlinuz-{release}")),
         modules: dir.join("lib/modules").join(&release),
+        kallsyms: dir.join("kallsyms"),
         release,
     };
     if kernel.image.is_file() && kernel.modules.is_dir() {

@@ -16,6 +16,7 @@ mod initramfs;
 mod kernel;
 mod progress;
 mod qemu;
+mod vcpus;
 mod wiring;
 
 pub use channel::GuestOutput;
@@ -93,6 +94,24 @@ pub(crate) struct Placement<'a> {
     pub gateway: Ipv4Addr,
 }
 
+/// Why a guest did not come up.
+#[derive(Debug)]
+pub(crate) enum BootFailure {
+    /// qemu exited first; the message has the console's tail.
+    Exited(String),
+    /// The timeout passed with qemu running; the message has the console's tail and where the
+    /// vCPUs are.
+    NotReady(String),
+}
+
+impl From<BootFailure> for Error {
+    fn from(failure: BootFailure) -> Error {
+        match failure {
+            BootFailure::Exited(why) | BootFailure::NotReady(why) => Error::Setup(why),
+        }
+    }
+}
+
 /// A VM node: its files, its command channel and what it took to start.
 #[derive(Debug)]
 pub struct Vm {
@@ -103,6 +122,7 @@ pub struct Vm {
     monitor: PathBuf,
     heartbeat: Heartbeat,
     kernel_release: String,
+    kallsyms: PathBuf,
     qemu_args: Vec<String>,
     channel: Channel,
     prepared_in: Duration,
@@ -168,6 +188,7 @@ impl Vm {
             monitor,
             heartbeat,
             kernel_release: kernel.release,
+            kallsyms: kernel.kallsyms,
             qemu_args: qemu::args(&spec),
             channel,
             prepared_in: started.elapsed(),
@@ -187,6 +208,11 @@ impl Vm {
         args
     }
 
+    /// The node this VM is.
+    pub(crate) fn node(&self) -> &str {
+        &self.node
+    }
+
     /// The name of the lab process that runs qemu.
     pub(crate) fn process_name(&self) -> String {
         format!("vm {}", self.node)
@@ -199,12 +225,12 @@ impl Vm {
         launched: Instant,
         timeout: Duration,
         mut exited: impl FnMut() -> Option<String>,
-    ) -> Result<Duration> {
+    ) -> std::result::Result<Duration, BootFailure> {
         let ready = self.share.join("ready");
         let deadline = launched + timeout;
         while !ready.exists() {
             if let Some(status) = exited() {
-                return Err(Error::Setup(format!(
+                return Err(BootFailure::Exited(format!(
                     "qemu of VM node {} exited ({status}) before the guest was ready; console \
                      ({}):\n{}",
                     self.node,
@@ -213,11 +239,12 @@ impl Vm {
                 )));
             }
             if Instant::now() >= deadline {
-                return Err(Error::Setup(format!(
-                    "VM node {} was not ready after {timeout:?}; console ({}):\n{}",
+                return Err(BootFailure::NotReady(format!(
+                    "VM node {} was not ready after {timeout:?}; console ({}):\n{}\n{}",
                     self.node,
                     self.console_log.display(),
-                    tail(&self.console_log, 40)
+                    tail(&self.console_log, 40),
+                    self.vcpu_places()
                 )));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -225,6 +252,61 @@ impl Vm {
         let took = launched.elapsed();
         let _ = self.booted_in.set(took);
         Ok(took)
+    }
+
+    /// Where the guest's vCPUs are ([`vcpus`]): one line each, its instruction pointer named
+    /// by the kernel's symbols ([`Vm::keep_kallsyms`]) once a guest has listed them, or why
+    /// the registers could not be read.
+    fn vcpu_places(&self) -> String {
+        match self.monitor_command("info registers -a") {
+            Ok(registers) => {
+                let symbols = std::fs::read_to_string(&self.kallsyms).ok();
+                format!(
+                    "the guest's vCPUs (info registers -a; symbols: {}):\n{}",
+                    if symbols.is_some() {
+                        self.kallsyms.display().to_string()
+                    } else {
+                        "none listed yet".to_string()
+                    },
+                    vcpus::describe(&vcpus::parse(&registers), symbols.as_deref())
+                )
+            }
+            Err(e) => format!("(the monitor did not answer info registers: {e})"),
+        }
+    }
+
+    /// Keeps the kernel's text symbols, as this guest lists them in /proc/kallsyms, in the
+    /// kernel's cache, unless a guest of the same kernel did so before: the guest boots with
+    /// `nokaslr`, so they name the vCPUs' places at every later boot, including one that does
+    /// not come up ([`Vm::vcpu_places`]).
+    pub(crate) fn keep_kallsyms(&self) -> Result<()> {
+        if self.kallsyms.exists() {
+            return Ok(());
+        }
+        let listed = self.channel.run(
+            "grep -E '^[0-9a-f]+ [tT] ' /proc/kallsyms | grep -v '\\['",
+            Shell::Busybox,
+            EXEC_BUDGET,
+        )?;
+        // Addresses read as zeros where the kernel hides them (kptr_restrict).
+        if !listed.success()
+            || !listed
+                .stdout
+                .lines()
+                .any(|l| !l.starts_with("0000000000000000"))
+        {
+            return Err(Error::Setup(format!(
+                "VM node {} listed no kernel symbols' addresses (exit {}): {}",
+                self.node, listed.status, listed.stderr
+            )));
+        }
+        // Written beside and renamed, so that a lab reading it never sees half of it.
+        let staged = self
+            .kallsyms
+            .with_extension(format!("{}.tmp", std::process::id()));
+        write(&staged, &listed.stdout)?;
+        std::fs::rename(&staged, &self.kallsyms)
+            .map_err(|e| Error::io(format!("renaming {}", staged.display()), e))
     }
 
     /// Forgets the guest's last boot after its power was cut: its `ready` mark, its heartbeat

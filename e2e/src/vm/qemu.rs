@@ -59,8 +59,12 @@ pub(crate) struct QemuSpec {
 /// interrupt remapping on (the vIOMMU that vfio needs) the kernel then panics ("timer doesn't
 /// work through Interrupt-remapped IO-APIC") instead of trying another route. qemu's PIT is
 /// routed correctly, which is all the test would establish.
+///
+/// `nokaslr` keeps the kernel's symbols at the same addresses at every boot, so that the
+/// symbols one guest listed name the vCPUs' places of another that does not come up (see
+/// [`super::vcpus`]).
 pub(crate) const APPEND: &str =
-    "console=ttyS0 intel_iommu=on panic=-1 loglevel=5 norandmaps no_timer_check";
+    "console=ttyS0 intel_iommu=on panic=-1 loglevel=5 norandmaps no_timer_check nokaslr";
 
 /// The arguments of `qemu-system-x86_64` (without the program).
 pub(crate) fn args(spec: &QemuSpec) -> Vec<String> {
