@@ -915,15 +915,11 @@ fn power_on_through_a_stuck_boot(lab: &Lab, vm: &Vm) -> Duration {
     };
     let booted = std::thread::scope(|scope| {
         let power_on = scope.spawn(|| lab.power_on_vm(NODE));
-        let deadline = std::time::Instant::now() + 3 * STUCK_BOOT_TIMEOUT;
-        while !power_cycled() && !power_on.is_finished() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the lab did not power-cycle the stuck guest in {:?}",
-                3 * STUCK_BOOT_TIMEOUT
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        lab.wait_for(
+            "the lab to power-cycle the stuck guest",
+            3 * STUCK_BOOT_TIMEOUT,
+            || (power_cycled() || power_on.is_finished()).then_some(()),
+        );
         let staged = config_env.with_extension("env.new");
         std::fs::write(&staged, &config).expect("writing config.env back");
         std::fs::rename(&staged, &config_env).expect("putting config.env back");
