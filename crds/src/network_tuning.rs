@@ -262,9 +262,15 @@ pub enum HealthMetric {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusAnalysis {
-    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus:9090`.
+    /// Which Prometheus to ask, when not the default: the base URL of one the operator was
+    /// installed to ask (chart values `prometheus.address`, the default, and
+    /// `prometheus.allowedAddresses`), e.g. `https://thanos.monitoring:443`. Any other address
+    /// is refused (condition PrometheusAnswered False, reason AddressNotAllowed; the rollout
+    /// pauses) and never contacted: the installer, not the tuning, decides where the
+    /// Secret's credentials go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048))]
-    pub address: String,
+    pub address: Option<String>,
     /// PromQL; `{{judged}}` and `{{baseline}}` are replaced by regexes of the node names.
     #[schemars(length(min = 1, max = 8192))]
     pub query: String,
@@ -278,7 +284,8 @@ pub struct PrometheusAnalysis {
     /// A Secret in the operator's namespace holding what the server asks for: `token` (a
     /// bearer token) or `username` and `password` (basic auth), and `ca.crt` (the PEM CA
     /// bundle that signed an https server's certificate; the system's roots otherwise). The
-    /// chart lets the operator read this one Secret only (`prometheus.secretName`).
+    /// chart lets the operator read this one Secret only (`prometheus.secretName`), and the
+    /// operator sends it only to the addresses the chart allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,

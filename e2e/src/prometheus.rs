@@ -140,6 +140,16 @@ impl<'lab> Prometheus<'lab> {
         &self.url
     }
 
+    /// The operator's flags that make this the Prometheus its rollout gate asks (the chart's
+    /// `prometheus.address`, and `prometheus.allowInsecure` when it serves plain http).
+    pub fn operator_args(&self) -> Vec<String> {
+        let mut args = vec![format!("--prometheus-address={}", self.url)];
+        if self.url.starts_with("http://") {
+            args.push("--prometheus-allow-insecure".into());
+        }
+        args
+    }
+
     /// The PEM of the CA that signed a secured Prometheus' certificate (the lab's CA).
     pub fn ca_pem(&self) -> Option<&[u8]> {
         self.ca_pem.as_deref()

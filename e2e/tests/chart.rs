@@ -159,6 +159,36 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
             && why.contains("at '/agent/tolerations/0/operator'"),
         "{why}"
     );
+    // A plain http Prometheus only with the installer's explicit word.
+    let http = [
+        "--set",
+        "prometheus.address=http://prometheus.monitoring:9090",
+    ];
+    let refused = Command::new(bin.join("helm"))
+        .args(["template", "hoststack", CHART])
+        .args(http)
+        .env("HELM_CACHE_HOME", "/nonexistent/cache")
+        .env("HELM_CONFIG_HOME", "/nonexistent/config")
+        .env("HELM_DATA_HOME", "/nonexistent/data")
+        .output()
+        .expect("helm runs");
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && why.contains("prometheus: http://prometheus.monitoring:9090 is plain http"),
+        "{why}"
+    );
+    let allowed = operator_args(&render(&[
+        http[0],
+        http[1],
+        "--set",
+        "prometheus.allowInsecure=true",
+    ]));
+    assert!(
+        allowed.contains(&"--prometheus-address=http://prometheus.monitoring:9090".to_string())
+            && allowed.contains(&"--prometheus-allow-insecure".to_string()),
+        "{allowed:?}"
+    );
 
     let lab = Lab::start(LabConfig {
         start_operator: false,
@@ -345,6 +375,16 @@ fn values_reach_the_agent_daemonset_through_the_operators_flags() {
         .cloned()
         .collect();
     assert!(operator_args.contains(&"--owner-deployment=hoststack-operator".to_string()));
+    // The Prometheus endpoints the gate may send the Secret's credentials to, and no http.
+    for flag in [
+        "--prometheus-address=https://prometheus.monitoring:9090",
+        "--prometheus-allowed-address=https://thanos-query.monitoring:10902/prometheus",
+    ] {
+        assert!(operator_args.iter().any(|a| a == flag), "{operator_args:?}");
+    }
+    assert!(!operator_args
+        .iter()
+        .any(|a| a == "--prometheus-allow-insecure"));
     let lab = Lab::start(LabConfig {
         start_operator: false,
         start_agents: false,

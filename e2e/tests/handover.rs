@@ -381,12 +381,13 @@ fn a_takeover_goes_canary_first_and_deleting_the_winner_hands_the_nodes_back_the
 fn a_failed_analysis_returns_the_canary_to_the_other_tunings_revision() {
     let lab = lab();
     let prometheus = Prometheus::start(&lab).expect("prometheus starts");
+    // The installer's Prometheus, which the gate asks when a tuning names none.
+    lab.reconfigure_operator(&prometheus.operator_args());
     let sack = edge_sack(&lab, "    canary: 1\n    maxUnavailable: 50%\n");
     // A gate that fails every canary it sees.
     let query = r#"count(hoststack_node_info{node=~\"{{judged}}\",phase=\"canary\"})"#;
     let gate = format!(
-        "    canary: 1\n    maxUnavailable: 2\n    analysis:\n      window: 2s\n      prometheus:\n        address: http://{}\n        query: \"{query}\"\n        successCondition: result < 1\n        failureCondition: result >= 1\n",
-        prometheus.address()
+        "    canary: 1\n    maxUnavailable: 2\n    analysis:\n      window: 2s\n      prometheus:\n        query: \"{query}\"\n        successCondition: result < 1\n        failureCondition: result >= 1\n"
     );
     lab.apply_yaml(&tuning(
         "newbie",

@@ -508,6 +508,9 @@ fn a_retransmit_regression_on_the_canary_fails_the_health_analysis() {
 fn a_retransmit_regression_on_the_canary_fails_the_prometheus_gate() {
     let lab = lab();
     let prometheus = Prometheus::start(&lab).expect("prometheus starts");
+    // The installer's Prometheus (plain http, allowed explicitly); the tuning names it as
+    // tunings written before the chart held the address do.
+    lab.reconfigure_operator(&prometheus.operator_args());
     lab.wait_for("every target up", Duration::from_secs(30), || {
         let up = prometheus.targets_up();
         (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
@@ -780,6 +783,8 @@ fn healthy_waves_pass_the_health_analysis_and_the_prometheus_gate() {
     // Prometheus as deployments run it: https (a certificate of the lab's CA) and basic auth.
     let prometheus = Prometheus::start_secured(&lab, "alice", "s3cret").expect("prometheus starts");
     let ca = prometheus.ca_pem().expect("a CA").to_vec();
+    // The chart's prometheus.address: the one endpoint the gate may send credentials to.
+    lab.reconfigure_operator(&prometheus.operator_args());
     lab.wait_for("every target up", Duration::from_secs(30), || {
         let up = prometheus.targets_up();
         (up.len() == 1 + lab.node_names().len() && up.values().all(|u| *u)).then_some(())
@@ -818,19 +823,56 @@ fn healthy_waves_pass_the_health_analysis_and_the_prometheus_gate() {
     );
 
     // The Prometheus gate alone, on the next revision: https trusting the CA bundle and basic
-    // auth, both from the Secret the chart lets the operator read, and a tenant header. A
-    // wrong password first: the canary's analysis is inconclusive and says why, never a pass.
+    // auth, both from the Secret the chart lets the operator read, and a tenant header.
     prometheus_secret(&lab, "wrong", &ca);
     let query = r#"sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"RetransSegs\",node=~\"{{judged}}\"}[5s])) / sum(rate(hoststack_netstat_total{proto=\"Tcp\",field=\"OutSegs\",node=~\"{{judged}}\"}[5s]))"#;
-    let gate = format!(
-        "    canary: 1\n    maxUnavailable: 3\n    analysis:\n      window: 6s\n      prometheus:\n        address: {}\n        secretName: {PROMETHEUS_SECRET}\n        headers:\n          - name: X-Scope-OrgID\n            value: team-a\n        timeout: 5s\n        query: \"{query}\"\n        successCondition: result < 0.01\n        failureCondition: result > 0.02\n",
-        prometheus.url()
-    );
+    let gate = |address: &str| {
+        format!(
+            "    canary: 1\n    maxUnavailable: 3\n    analysis:\n      window: 6s\n      prometheus:\n{address}        secretName: {PROMETHEUS_SECRET}\n        headers:\n          - name: X-Scope-OrgID\n            value: team-a\n        timeout: 5s\n        query: \"{query}\"\n        successCondition: result < 0.01\n        failureCondition: result > 0.02\n"
+        )
+    };
     let next = [("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_dsack", "0")];
-    lab.apply_yaml(&tuning("edge", &next, &gate))
+    // First the tuning names an address of its own (a listener on the lab's loopback address):
+    // the gate refuses it, sends it nothing, and the rollout pauses at the canary.
+    let decoy = std::net::TcpListener::bind((lab.loopback_ip(), 0)).expect("a free port");
+    decoy.set_nonblocking(true).expect("non-blocking");
+    let decoy_url = format!("https://{}", decoy.local_addr().unwrap());
+    lab.apply_yaml(&tuning(
+        "edge",
+        &next,
+        &gate(&format!("        address: {decoy_url}\n")),
+    ))
+    .expect("accepted");
+    let refused = lab.wait_for("the gate's refusal of the tuning's address", STEP, || {
+        condition(&lab, "edge", "PrometheusAnswered").filter(|c| c["status"] == "False")
+    });
+    eprintln!("PrometheusAnswered: {refused}");
+    assert_eq!(refused["reason"], "AddressNotAllowed", "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "{decoy_url:?} is not a Prometheus the operator was installed to ask"
+        )) && message.contains(prometheus.url()),
+        "{refused}"
+    );
+    let status = lab.tuning_status("edge");
+    assert_eq!(status["phase"], "Paused", "{status}");
+    assert_eq!(
+        status["waves"][0]["analysis"]["prometheusOutcome"], "AddressNotAllowed",
+        "{status}"
+    );
+    assert_eq!(waves(&lab, "edge").len(), 1, "nothing went past the canary");
+    match decoy.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the tuning's address was contacted: {other:?}"),
+    }
+    // The tuning names no address (the installer's Prometheus), with a wrong password in the
+    // Secret: the canary's analysis is inconclusive and says why, never a pass.
+    lab.apply_yaml(&tuning("edge", &next, &gate("")))
         .expect("accepted");
     let refused = lab.wait_for("the gate's refusal", STEP, || {
-        condition(&lab, "edge", "PrometheusAnswered").filter(|c| c["status"] == "False")
+        condition(&lab, "edge", "PrometheusAnswered")
+            .filter(|c| c["status"] == "False" && c["reason"] != "AddressNotAllowed")
     });
     eprintln!("PrometheusAnswered: {refused}");
     assert_eq!(refused["reason"], "Unauthorized", "{refused}");

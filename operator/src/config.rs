@@ -18,6 +18,9 @@ pub struct Args {
     /// What the installer chose for the agent DaemonSet's pods.
     #[command(flatten)]
     pub agent: crate::daemonset::AgentPod,
+    /// The Prometheus endpoints the installer lets the rollout gate ask.
+    #[command(flatten)]
+    pub prometheus: crate::rollout::prometheus_endpoints::PrometheusEndpoints,
     /// How long a deleted tuning waits for its nodes to confirm their revert before it is let go
     /// with a Degraded condition naming them.
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]

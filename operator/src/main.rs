@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use hoststack_crds::OPERATOR_FIELD_MANAGER;
 use hoststack_operator::config::Args;
 use hoststack_operator::daemonset::{agent_daemonset, AGENT_NAME};
@@ -27,6 +27,11 @@ async fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    if let Err(why) = args.prometheus.check() {
+        Args::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, why)
+            .exit();
+    }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -86,6 +91,7 @@ async fn run(args: Args) -> Result<()> {
         &identity,
         &args.namespace,
         args.revert_timeout,
+        args.prometheus,
         metrics,
         stop,
     )

@@ -554,6 +554,15 @@ impl Lab {
         self.start_operator();
     }
 
+    /// Restarts the operator with `args` after the lab's own, as `helm upgrade` with changed
+    /// values rolls the operator's pods (e.g. the Prometheus the rollout gate may ask,
+    /// [`crate::prometheus::Prometheus::operator_args`]). They stay for later restarts and
+    /// replicas; a later call replaces them.
+    pub fn reconfigure_operator(&self, args: &[String]) {
+        self.workloads.configure_operator(args);
+        self.restart_operator();
+    }
+
     // ---- Waiting and diagnosing ------------------------------------------------------------
 
     /// Polls `check` every 250 ms until it returns `Some`, and returns that. After `timeout`

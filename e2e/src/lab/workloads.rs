@@ -53,6 +53,9 @@ pub(crate) struct Launch {
 /// The running workloads and how to start more.
 pub(crate) struct Workloads {
     launch: Launch,
+    /// Operator arguments a test set after the start, after the lab's own
+    /// ([`Workloads::configure_operator`]).
+    operator_config: Mutex<Vec<String>>,
     running: Mutex<Running>,
 }
 
@@ -71,6 +74,7 @@ impl Workloads {
     pub fn new(launch: Launch) -> Workloads {
         Workloads {
             launch,
+            operator_config: Mutex::default(),
             running: Mutex::new(Running::default()),
         }
     }
@@ -117,11 +121,27 @@ impl Workloads {
         .to_string();
         argv.extend(args(&["--metrics-bind-address", &addr]));
         argv.extend(launch.operator_args.iter().cloned());
+        argv.extend(
+            self.operator_config
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .cloned(),
+        );
         let env = vec![
             env_var("KUBECONFIG", kubeconfig),
             env_var("POD_NAME", pod_name),
         ];
         spawner.spawn(name, &launch.operator, &argv, &env)
+    }
+
+    /// Gives every operator started from now on `args` after the lab's own (replacing those of
+    /// an earlier call).
+    pub fn configure_operator(&self, args: &[String]) {
+        *self
+            .operator_config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = args.to_vec();
     }
 
     /// Starts the operator; panics if it runs.

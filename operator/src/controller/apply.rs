@@ -24,6 +24,7 @@ use crate::rollout::history::{Borrowed, History};
 use crate::rollout::nodes;
 use crate::rollout::planner::{self, Holding, NodeView, Progress, Report, State, Verdict};
 use crate::rollout::progress;
+use crate::rollout::prometheus_endpoints::PrometheusEndpoints;
 use crate::rollout::strategy::{self, Gate, Resolved};
 use crate::rollout::{gate, prometheus};
 use crate::selection::TuningNodes;
@@ -129,9 +130,10 @@ impl<'a> Apply<'a> {
         borrowed
     }
 
-    /// What the gate is to judge, when the rollout is live (progressing or paused); a finished
-    /// one keeps the judgement it ended with.
-    pub fn gate(&self) -> Option<gate::Input<'_>> {
+    /// What the gate is to judge, when the rollout is live (progressing or paused), asking only
+    /// the Prometheus `endpoints` the installer allows; a finished one keeps the judgement it
+    /// ended with.
+    pub fn gate<'e>(&'e self, endpoints: &'e PrometheusEndpoints) -> Option<gate::Input<'e>> {
         let live = matches!(self.restored.state, State::Progressing | State::Paused(_));
         live.then(|| gate::Input {
             name: &self.name,
@@ -146,6 +148,7 @@ impl<'a> Apply<'a> {
                 .get(PROMOTE_ANNOTATION)
                 .map(String::as_str),
             now: self.snap.now_secs(),
+            prometheus_endpoints: endpoints,
             prometheus_secret: None,
         })
     }
@@ -974,7 +977,7 @@ mod tests {
             let snap = snapshot(world);
             let step = prepare(&t, &snap).unwrap_or_else(|_| panic!("{what}: a valid rollout"));
             assert_eq!(step.revision(), r2, "{what}");
-            let judgement = match step.gate() {
+            let judgement = match step.gate(&PrometheusEndpoints::default()) {
                 Some(_) => (Verdict::Pending, None),
                 None => panic!("{what}: the rollout is live"),
             };

@@ -257,6 +257,7 @@ impl Context {
             heartbeats: store(world.heartbeats),
             revert_timeout: Duration::from_secs(120),
             metrics: Arc::new(Metrics::default()),
+            prometheus_endpoints: Default::default(),
             namespace: DEFAULT_NAMESPACE.into(),
             status_writes: Default::default(),
             spec_writes: Default::default(),

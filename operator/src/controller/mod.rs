@@ -41,6 +41,7 @@ use tracing::{info, instrument, warn};
 
 use crate::metrics::Metrics;
 use crate::rollout::planner::Verdict;
+use crate::rollout::prometheus_endpoints::PrometheusEndpoints;
 use crate::rollout::{gate, history};
 use crate::selection::NodeLabels;
 use crate::{Error, Result};
@@ -62,6 +63,8 @@ pub struct Context {
     recorder: Recorder,
     revert_timeout: Duration,
     metrics: Arc<Metrics>,
+    /// The Prometheus endpoints the installer lets the rollout gate ask.
+    prometheus_endpoints: PrometheusEndpoints,
     /// Where the revision history (ControllerRevisions) lives.
     namespace: String,
     /// The operator's own latest status write to each tuning, by uid (the cache may lag it).
@@ -72,12 +75,14 @@ pub struct Context {
     spec_writes: Mutex<BTreeMap<String, Arc<NodeTuning>>>,
 }
 
-/// Runs the controller until `shutdown` completes.
+/// Runs the controller until `shutdown` completes; the rollout gate asks only the Prometheus
+/// `prometheus_endpoints`.
 pub async fn run(
     client: Client,
     identity: &str,
     namespace: &str,
     revert_timeout: Duration,
+    prometheus_endpoints: PrometheusEndpoints,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<()> {
@@ -167,6 +172,7 @@ pub async fn run(
         heartbeats,
         revert_timeout,
         metrics,
+        prometheus_endpoints,
         namespace: namespace.to_string(),
         status_writes: Mutex::default(),
         spec_writes: Mutex::default(),
@@ -315,7 +321,7 @@ async fn reconcile_live(tuning: &NetworkTuning, ctx: &Context) -> Result<Action>
                 &step.borrowed(),
             )
             .await?;
-            let judgement = match step.gate() {
+            let judgement = match step.gate(&ctx.prometheus_endpoints) {
                 Some(mut input) => {
                     let secret = input
                         .analysis

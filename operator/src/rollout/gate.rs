@@ -16,6 +16,7 @@ use super::analysis::{self, combine, Measurement, NodeSample};
 use super::nodes::baseline_sample;
 use super::planner::{Progress, State, Verdict};
 use super::prometheus;
+use super::prometheus_endpoints::PrometheusEndpoints;
 use super::strategy::{Gate, Resolved};
 
 /// Extra time, beyond two windows, for samples to arrive before a missing one is inconclusive.
@@ -39,6 +40,8 @@ pub struct Input<'a> {
     pub promote: Option<&'a str>,
     /// Now, in seconds since the epoch.
     pub now: u64,
+    /// The Prometheus endpoints the installer lets the gate ask.
+    pub prometheus_endpoints: &'a PrometheusEndpoints,
     /// The data of the Secret the Prometheus gate names (`secretName`), as the caller read it,
     /// or why it could not; `None` when not read.
     pub prometheus_secret: Option<Result<BTreeMap<String, Vec<u8>>, String>>,
@@ -160,10 +163,17 @@ async fn analyse(
             Verdict::Pending
         } else {
             let query = prometheus::render(&prom.query, &judged, &baseline);
-            let answer = match prometheus_access(prom, input.prometheus_secret.as_ref()) {
-                Ok(access) => {
-                    prometheus::query(&prom.address, &query, &access, input.resolved.query_timeout)
-                        .await
+            // Where to ask is the installer's to say; a refused address is never contacted.
+            let reach = input
+                .prometheus_endpoints
+                .choose(prom.address.as_deref())
+                .and_then(|endpoint| {
+                    prometheus_access(prom, input.prometheus_secret.as_ref())
+                        .map(|access| (endpoint, access))
+                });
+            let answer = match reach {
+                Ok((endpoint, access)) => {
+                    prometheus::query(endpoint, &query, &access, input.resolved.query_timeout).await
                 }
                 Err(failure) => Err(failure),
             };
@@ -320,6 +330,135 @@ mod tests {
         nt
     }
 
+    /// A listener on 127.0.0.1 that records the head of every request it gets, then hangs up.
+    struct Listener {
+        url: String,
+        heads: Arc<std::sync::Mutex<Vec<String>>>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    impl Listener {
+        fn start() -> Listener {
+            use std::io::Read;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let thread = std::thread::spawn({
+                let (heads, stop) = (heads.clone(), stop.clone());
+                move || {
+                    for stream in listener.incoming() {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            return;
+                        }
+                        let mut stream = stream.unwrap();
+                        stream
+                            .set_read_timeout(Some(Duration::from_secs(5)))
+                            .unwrap();
+                        let mut head = Vec::new();
+                        let mut buf = [0; 4096];
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => head.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        heads
+                            .lock()
+                            .unwrap()
+                            .push(String::from_utf8_lossy(&head).into_owned());
+                    }
+                }
+            });
+            Listener {
+                url,
+                heads,
+                stop,
+                thread,
+            }
+        }
+
+        /// Stops listening; the heads of the requests that arrived.
+        fn stop(self) -> Vec<String> {
+            self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = std::net::TcpStream::connect(self.url.trim_start_matches("http://"));
+            self.thread.join().unwrap();
+            let heads = self.heads.lock().unwrap().clone();
+            heads
+        }
+    }
+
+    #[tokio::test]
+    async fn the_secret_goes_only_to_the_prometheus_the_installer_configured() {
+        let configured = Listener::start();
+        let tunings_own = Listener::start();
+        let endpoints = PrometheusEndpoints::new(
+            Some(hoststack_promql::Endpoint::parse(&configured.url).unwrap()),
+            vec![],
+            true,
+        );
+        let analysis = |address: Option<&str>| Analysis {
+            prometheus: Some(PrometheusAnalysis {
+                address: address.map(String::from),
+                query: "vector(0)".into(),
+                success_condition: "result < 1".into(),
+                secret_name: Some("prom".into()),
+                ..PrometheusAnalysis::default()
+            }),
+            ..Analysis::default()
+        };
+        let rollout = Rollout {
+            analysis: Some(analysis(None)),
+            ..Rollout::default()
+        };
+        let resolved = resolve(Some(&rollout), 2).unwrap();
+        let p = progress();
+        let governed = ["a".to_string(), "b".to_string()];
+        let nts = BTreeMap::new();
+        let token = BTreeMap::from([("token".to_string(), b"tok".to_vec())]);
+        let judge = |analysis: Analysis| {
+            let (resolved, p, governed, nts, token) = (&resolved, &p, &governed, &nts, &token);
+            let endpoints = &endpoints;
+            async move {
+                let input = Input {
+                    name: "edge",
+                    resolved,
+                    analysis: Some(&analysis),
+                    progress: p,
+                    governed,
+                    node_tunings: nts,
+                    promote: None,
+                    now: 200,
+                    prometheus_endpoints: endpoints,
+                    prometheus_secret: Some(Ok(token.clone())),
+                };
+                let (verdict, shown) = evaluate(&input).await;
+                (verdict, shown.unwrap().prometheus_outcome)
+            }
+        };
+
+        // The tuning names an address of its own: refused, and nothing is sent there.
+        let (verdict, outcome) = judge(analysis(Some(&tunings_own.url))).await;
+        assert!(matches!(verdict, Verdict::Inconclusive(_)), "{verdict:?}");
+        assert_eq!(outcome.as_deref(), Some("AddressNotAllowed"));
+        // The tuning names none: the installer's Prometheus gets the query and the token (it
+        // hangs up, so the analysis is inconclusive all the same).
+        let (verdict, _) = judge(analysis(None)).await;
+        assert!(matches!(verdict, Verdict::Inconclusive(_)), "{verdict:?}");
+        let heads = tunings_own.stop();
+        assert!(
+            heads.is_empty(),
+            "a request reached the address the tuning chose: {heads:?}"
+        );
+        let heads = configured.stop();
+        assert_eq!(heads.len(), 1, "{heads:?}");
+        assert!(
+            heads[0].contains("authorization: Bearer tok\r\n"),
+            "{heads:?}"
+        );
+    }
+
     #[tokio::test]
     async fn manual_waits_for_the_annotation_of_the_wave_in_flight() {
         let analysis = Analysis {
@@ -334,6 +473,7 @@ mod tests {
         let p = progress();
         let governed = ["a".to_string(), "b".to_string()];
         let nts = BTreeMap::new();
+        let endpoints = PrometheusEndpoints::default();
         let mut input = Input {
             name: "edge",
             resolved: &resolved,
@@ -343,6 +483,7 @@ mod tests {
             node_tunings: &nts,
             promote: None,
             now: 200,
+            prometheus_endpoints: &endpoints,
             prometheus_secret: None,
         };
         let (v, s) = evaluate(&input).await;
@@ -425,6 +566,7 @@ mod tests {
             nodes(Some(with_sample("r1", 1000, 40))),
             nodes(Some(taken_over)),
         );
+        let endpoints = PrometheusEndpoints::default();
         let input = |nts, now| Input {
             name: "edge",
             resolved: &resolved,
@@ -434,6 +576,7 @@ mod tests {
             node_tunings: nts,
             promote: None,
             now,
+            prometheus_endpoints: &endpoints,
             prometheus_secret: None,
         };
         // The baseline has not answered: pending, then inconclusive once overdue.

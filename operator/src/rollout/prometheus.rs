@@ -26,7 +26,8 @@ pub const SECRET_UNREADABLE: &str = "SecretUnreadable";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
     /// `TLSFailed`, `Unauthorized`, `Forbidden`, `ServerError`, `HTTPError`, `Timeout`,
-    /// `Unreachable`, `QueryRefused`, `BadAnswer`, `BadSettings` or [`SECRET_UNREADABLE`].
+    /// `Unreachable`, `QueryRefused`, `BadAnswer`, `BadSettings`, [`SECRET_UNREADABLE`], or
+    /// a refusal of the address ([`super::prometheus_endpoints`]).
     pub reason: &'static str,
     /// What went wrong, in words.
     pub message: String,
@@ -217,16 +218,16 @@ pub fn judge(values: &[f64], success: &str, failure: Option<&str>) -> Verdict {
     }
 }
 
-/// Runs an instant query against `address` (http, or https trusting `access`'s CA bundle or
+/// Runs an instant query against `endpoint` (http, or https trusting `access`'s CA bundle or
 /// the system's roots), presenting `access`'s credentials and headers, within `timeout`, and
-/// returns its values.
+/// returns its values. The endpoint is one the installer allowed
+/// ([`super::prometheus_endpoints::PrometheusEndpoints::choose`]).
 pub async fn query(
-    address: &str,
+    endpoint: Endpoint,
     promql: &str,
     access: &Access,
     timeout: Duration,
 ) -> Result<Vec<f64>, Failure> {
-    let endpoint = Endpoint::parse(address).map_err(failure)?;
     let data = Client::with_access(endpoint, access)
         .map_err(failure)?
         .with_timeout(timeout)
