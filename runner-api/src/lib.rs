@@ -29,6 +29,6 @@ pub use config::{
     RunnerConfig, ServiceConfig, ServiceKind, TcpOptions, DEFAULT_DRAIN_TIMEOUT_MS,
 };
 pub use stats::{
-    ChecksumOffloadStats, QueueDrops, RunState, RunnerStats, RxWait, ServiceStats, ShardStats,
-    SteeringSource, SteeringStats, StopStats, RX_WAIT_BUCKETS,
+    ChecksumOffloadStats, QueueDrops, RunState, RunnerStats, RxStamps, RxWait, ServiceStats,
+    ShardStats, SteeringSource, SteeringStats, StopStats, RX_WAIT_BUCKETS,
 };

@@ -4,9 +4,10 @@
 //! (unknown fields are ignored, see the crate doc). Required: every field the agent's report
 //! rests on (pid, state, mode, shards, services, netstat), so a renamed one fails to parse.
 //! Optional: `backend` (the agent knows which one it asked for), `steering`,
-//! `checksumOffload` and a shard's `busyNanos`, `runNanos` and `drops` (absent from runners
-//! that predate them; a drop counter added later, such as `checksumErrors`, reads as 0) and
-//! `stop` (present once stopping).
+//! `checksumOffload`, `rxStamps` and a shard's `busyNanos`, `runNanos`, `drops` and `rxWait`
+//! (absent from runners that predate them; a drop counter added later, such as
+//! `checksumErrors`, reads as 0; an `rxStamps` state added later reads as
+//! [`RxStamps::Unknown`]) and `stop` (present once stopping).
 
 use std::collections::BTreeMap;
 
@@ -38,6 +39,11 @@ pub struct RunnerStats {
     /// predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_offload: Option<ChecksumOffloadStats>,
+    /// Whether received frames carry the XDP program's clock stamps, from which the shards
+    /// measure [`ShardStats::rx_wait`] (AF_XDP; absent for other backends and from runners
+    /// that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_stamps: Option<RxStamps>,
     /// Counters of all shards by section (`Tcp`, `TcpExt`, `Ip`, `Icmp`) and field, named as
     /// in /proc/net/snmp and /proc/net/netstat; signed, as the kernel's `MaxConn` (-1) is.
     pub netstat: BTreeMap<String, BTreeMap<String, i64>>,
@@ -86,9 +92,28 @@ pub struct ShardStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drops: Option<QueueDrops>,
     /// How long received frames waited before the shard took them, where the backend can
-    /// tell (AF_XDP).
+    /// tell (AF_XDP with [`RxStamps::Enabled`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rx_wait: Option<RxWait>,
+}
+
+/// Whether the runner's XDP program stamps the frames it redirects (the measurement behind
+/// [`RxWait`]). The stamp needs the helper `bpf_xdp_adjust_meta`, which some kernels refuse
+/// to XDP programs; the runner then runs the program without it, and serves as ever.
+/// Tagged by `state`: `{"state": "enabled"}`, `{"state": "unavailable", "reason": "..."}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum RxStamps {
+    /// Every redirected frame is stamped; the shards report [`ShardStats::rx_wait`].
+    Enabled,
+    /// The program runs without stamps, and the shards report no `rxWait`.
+    Unavailable {
+        /// Why, in the kernel's words (the verifier's refusal of the helper).
+        reason: String,
+    },
+    /// A state this reader does not know (written by a later runner); never written.
+    #[serde(other)]
+    Unknown,
 }
 
 /// Buckets of [`RxWait::log2_micros`].
@@ -346,6 +371,7 @@ mod tests {
                 rx: true,
                 tx: false,
             }),
+            rx_stamps: Some(RxStamps::Enabled),
             netstat,
             stop: Some(StopStats {
                 drained: 3,
@@ -371,6 +397,7 @@ mod tests {
             "services": [ { "kind": "Http", "port": 80 } ],
             "steering": { "source": "nic", "key": "6d5a56da", "indirectionSize": 128 },
             "checksumOffload": { "rx": true, "tx": false },
+            "rxStamps": { "state": "enabled" },
             "netstat": {
                 "Tcp": { "MaxConn": -1, "OutSegs": 12 },
                 "TcpExt": { "TCPSackRecovery": 2 }
@@ -455,11 +482,11 @@ mod tests {
         later["drops"] = json!(5);
         later["shards"][0]["rxBytes"] = json!(9000);
         assert_eq!(serde_json::from_value::<RunnerStats>(later).unwrap(), stats);
-        // Backend, steering, checksum offload and stop are optional: a document without them
-        // still parses.
+        // Backend, steering, checksum offload, receive stamps and stop are optional: a document
+        // without them still parses.
         let mut earlier = json;
         let object = earlier.as_object_mut().unwrap();
-        for field in ["backend", "steering", "checksumOffload", "stop"] {
+        for field in ["backend", "steering", "checksumOffload", "rxStamps", "stop"] {
             object.remove(field);
         }
         // So are a shard's load and drops.
@@ -473,9 +500,10 @@ mod tests {
                 parsed.backend,
                 parsed.steering,
                 parsed.checksum_offload,
+                parsed.rx_stamps,
                 parsed.stop
             ),
-            (None, None, None, None)
+            (None, None, None, None, None)
         );
         let shard = &parsed.shards[0];
         assert_eq!(
@@ -487,6 +515,28 @@ mod tests {
             ),
             (0, 0, None, &None)
         );
+    }
+
+    #[test]
+    fn receive_stamps_say_why_they_are_unavailable_and_a_later_state_reads_as_unknown() {
+        let reason = "program of this type cannot use helper bpf_xdp_adjust_meta#54";
+        let unavailable = RxStamps::Unavailable {
+            reason: reason.into(),
+        };
+        let json = json!({ "state": "unavailable", "reason": reason });
+        assert_eq!(serde_json::to_value(&unavailable).unwrap(), json);
+        assert_eq!(
+            serde_json::from_value::<RxStamps>(json).unwrap(),
+            unavailable
+        );
+        // A reason is part of the state: without one it does not parse.
+        assert!(serde_json::from_value::<RxStamps>(json!({ "state": "unavailable" })).is_err());
+        // A state a later runner adds does not hide the rest of its document.
+        let (stats, mut later) = full();
+        later["rxStamps"] = json!({ "state": "sampled", "everyNth": 8 });
+        let parsed: RunnerStats = serde_json::from_value(later).unwrap();
+        assert_eq!(parsed.rx_stamps, Some(RxStamps::Unknown));
+        assert_eq!(parsed.shards, stats.shards);
     }
 
     #[test]

@@ -180,7 +180,8 @@ pub fn link_table(measurements: &[Measurement], runs: &[(&Row, Vec<Report>)]) ->
 /// receiver's window held it back, the runner's busy share and the frames its queue lost, the
 /// path's drops, how many segments the receiver took per segment (ACK) it sent, the Linux
 /// sender's smoothed RTT and the ping beside it, and how long the runner's received frames
-/// waited between its XDP program and its loop.
+/// waited between its XDP program and its loop (with a note below the table where a runner
+/// had no receive stamps, and why).
 pub fn load_table(measurements: &[Measurement]) -> String {
     let mut table = String::from(
         "| row | sender → receiver | vCPU busy, % | vCPU softirq, % | Linux sender held by the receive window, % | runner busy, % | frames lost at the runner's queue | data packets lost on the path (netem) | data packets dropped by the full bottleneck queue (tbf) | segments received per ACK sent | Linux sender's smoothed RTT, ms | ping to the receiver, ms | frames' wait at the runner, mean µs | 90 % of frames waited under, µs |\n\
@@ -247,6 +248,16 @@ pub fn load_table(measurements: &[Measurement]) -> String {
                 ),
             );
         }
+    }
+    let unstamped: std::collections::BTreeSet<&str> = measurements
+        .iter()
+        .filter_map(|m| m.load.runner_rx_stamps_unavailable.as_deref())
+        .collect();
+    for reason in unstamped {
+        let _ = writeln!(
+            table,
+            "\nThe frames' wait is empty (—) for runs whose runner had no receive stamps: {reason}."
+        );
     }
     table
 }
@@ -368,7 +379,8 @@ fn link_section(link: Option<&[Measurement]>, runs: &[(&Row, Vec<Report>)]) -> S
          which stamps each with the kernel's clock, and its loop taking them off the AF_XDP\n\
          ring (the veth publishes a poll's redirected frames at the poll's end; the loop may\n\
          be parked or busy): the mean, and the power of two in microseconds under which 90 %\n\
-         of them waited; — for runs made before the runner reported it.\n\n{}",
+         of them waited; — for runs made before the runner reported it, or whose runner had\n\
+         no receive stamps (its kernel refused the helper; a note below the table says why).\n\n{}",
         link_table(measurements, runs),
         load_table(measurements),
     )
@@ -464,6 +476,28 @@ pub fn write(
 mod tests {
     use super::*;
     use crate::report::measured;
+
+    #[test]
+    fn a_run_without_receive_stamps_leaves_the_wait_empty_and_says_why() {
+        let reason = "the kernel refuses bpf_xdp_adjust_meta to XDP programs (verifier: \
+                      program of this type cannot use helper bpf_xdp_adjust_meta#54)";
+        let mut m = measured(&[20.0], 10, 10_000);
+        m.row = ROWS[0].label.to_string();
+        m.pairing = Pairing::LinuxToUserstack;
+        m.load.cpu_busy = vec![0.5, 1.0];
+        m.load.runner_rx_stamps_unavailable = Some(reason.into());
+        let table = load_table(&[m.clone(), m]);
+        let line = table
+            .lines()
+            .find(|l| l.contains("| Linux → userstack |"))
+            .unwrap_or_else(|| panic!("no line in {table}"));
+        assert!(line.ends_with("| — | — |"), "{line}");
+        // Said once, however many runs lacked stamps.
+        let note = format!(
+            "The frames' wait is empty (—) for runs whose runner had no receive stamps: {reason}."
+        );
+        assert_eq!(table.matches(&note).count(), 1, "{table}");
+    }
 
     #[test]
     fn a_worse_line_names_what_falls_short_with_its_p_value() {

@@ -119,9 +119,13 @@ pub struct Load {
     pub runner_drops: Option<QueueDrops>,
     /// When userstack is an end: how long the frames it received over the window waited
     /// between the XDP program and its loop (the veth's batch publication, the loop's wake-up
-    /// and current turn).
+    /// and current turn). Absent where the runner's frames carried no stamps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner_rx_wait: Option<RxWait>,
+    /// When userstack is an end and its XDP program ran without receive stamps: why (the
+    /// runner's `rxStamps` reason), so the frames' wait is empty for a stated reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_rx_stamps_unavailable: Option<String>,
     /// Data packets the row's random loss dropped over the window (netem).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_losses: Option<u64>,

@@ -13,7 +13,9 @@
 // Each redirected frame carries 16 bytes of XDP metadata just before it: the kernel's
 // monotonic clock in nanoseconds when the program ran, then that value XOR RX_STAMP_CHECK,
 // so the runner can tell how long the frame waited before it took it off the ring (and can
-// tell a stamp from stale bytes where a driver keeps no metadata).
+// tell a stamp from stale bytes where a driver keeps no metadata). Compiled with
+// -DNO_RX_STAMPS, the program stamps nothing and calls no bpf_xdp_adjust_meta: the build the
+// runner loads where the kernel refuses that helper to XDP programs (build.rs builds both).
 // Only packet bytes are read: no CO-RE, so it loads on kernels without vmlinux BTF.
 
 #include <linux/bpf.h>
@@ -72,6 +74,7 @@ static __always_inline int is_stack_port(__u16 port)
 // Stamps the frame (where the driver has room for metadata) and redirects it.
 static __always_inline int redirect(struct xdp_md *ctx)
 {
+#ifndef NO_RX_STAMPS
 	if (bpf_xdp_adjust_meta(ctx, -2 * (int)sizeof(__u64)) == 0) {
 		__u64 *meta = (void *)(long)ctx->data_meta;
 		if ((void *)(meta + 2) <= (void *)(long)ctx->data) {
@@ -80,6 +83,7 @@ static __always_inline int redirect(struct xdp_md *ctx)
 			meta[1] = now ^ RX_STAMP_CHECK;
 		}
 	}
+#endif
 	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 }
 

@@ -27,16 +27,20 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant as WallClock};
 
+use aya::programs::{ProgramError, ProgramType};
+use aya::sys::{is_helper_supported, BpfHelper};
+use aya_obj::VerifierLog;
 use common::{
     as_client, in_client, in_namespaces, sh, shard_core, veth, xdp_attached, Runner, CLIENT_NS,
     PATIENCE, RUNNER,
 };
+use hoststack_runner_api::RxStamps;
 use serde_json::Value;
 use userstack::rss::{RssTable, MICROSOFT_KEY};
 use userstack::stack::{Stack, StackConfig};
 use userstack::time::Instant;
 use userstack_runner::device::af_xdp::XdpSocket;
-use userstack_runner::device::xdp_redirect::{AttachMode, RedirectProgram, RedirectRules};
+use userstack_runner::device::xdp_redirect::{AttachMode, Build, RedirectProgram, RedirectRules};
 use userstack_runner::device::Device;
 use userstack_runner::runtime::interface;
 
@@ -748,6 +752,88 @@ fn userstack_client_against_kernel_servers() {
     });
 }
 
+/// Whether this kernel lets XDP programs call `bpf_xdp_adjust_meta`, the helper the
+/// redirect program stamps frames with (aya's probe, as libbpf's: a minimal program's load).
+fn kernel_offers_stamps() -> bool {
+    is_helper_supported(ProgramType::Xdp, BpfHelper::BPF_FUNC_xdp_adjust_meta)
+        .expect("probing the kernel's XDP helpers")
+}
+
+/// The verifier's answer to the stamped build on a kernel that refuses the helper (a 6.18
+/// build: "program of this type cannot use helper bpf_xdp_adjust_meta#54").
+const REFUSAL: &str = "program of this type cannot use helper bpf_xdp_adjust_meta#54";
+
+/// The redirect program where the kernel refuses the stamping helper to XDP programs. As
+/// this kernel decides, the stamped build runs where the kernel offers the helper and the
+/// unstamped one, saying why, where it does not. As a kernel that refuses it decides (the
+/// verifier's answer played through the loader's port, where this kernel accepts the helper):
+/// the stamped build is tried first, the unstamped one attaches instead, the reason quotes
+/// the verifier, and it carries a connection both ways with no frame stamped.
+#[test]
+fn the_redirect_program_serves_without_stamps_where_the_kernel_refuses_the_helper() {
+    in_namespaces(
+        "the_redirect_program_serves_without_stamps_where_the_kernel_refuses_the_helper",
+        || {
+            veth("usv2", "usv3", 65);
+            let local = Ipv4Addr::new(198, 19, 65, 50);
+            let server_ip = Ipv4Addr::new(198, 19, 65, 2);
+            let offered = kernel_offers_stamps();
+            let as_this_kernel = Client::new("usv2", local);
+            match as_this_kernel.program.rx_stamps() {
+                RxStamps::Enabled => assert!(offered, "stamped, but the probe says refused"),
+                RxStamps::Unavailable { reason } => {
+                    assert!(
+                        !offered,
+                        "unstamped on a kernel that offers the helper: {reason}"
+                    );
+                    assert!(reason.contains("bpf_xdp_adjust_meta"), "{reason}");
+                }
+                RxStamps::Unknown => panic!("the runner wrote a state it does not know"),
+            }
+            drop(as_this_kernel);
+            let mut builds = Vec::new();
+            let mut client = Client::with_program("usv2", local, |interface, rules| {
+                RedirectProgram::attach_with(interface, rules, |program, build| {
+                    builds.push(build);
+                    match build {
+                        Build::Stamped => Err(ProgramError::LoadError {
+                            io_error: std::io::Error::from_raw_os_error(libc::EINVAL),
+                            verifier_log: VerifierLog::new(format!("0: R1=ctx()\n{REFUSAL}\n")),
+                        }),
+                        Build::Unstamped => program.load(),
+                    }
+                })
+            });
+            assert_eq!(builds, [Build::Stamped, Build::Unstamped]);
+            assert!(
+                matches!(client.program.rx_stamps(), RxStamps::Unavailable { reason }
+                    if reason.contains(REFUSAL)),
+                "{:?}",
+                client.program.rx_stamps()
+            );
+            let data = pattern(256 << 10);
+            let expected = data.clone();
+            let sink = as_client_server(server_ip, 9200, move |mut s| {
+                let mut got = Vec::new();
+                s.read_to_end(&mut got).unwrap();
+                got
+            });
+            client.send_all(SocketAddrV4::new(server_ip, 9200), &data);
+            assert!(sink.join().unwrap() == expected, "the upload differs");
+            let down = data.clone();
+            let source = as_client_server(server_ip, 9201, move |mut s| {
+                s.write_all(&down).unwrap();
+                Vec::new()
+            });
+            let received = client.receive_all(SocketAddrV4::new(server_ip, 9201));
+            source.join().unwrap();
+            assert!(received == expected, "the download differs");
+            let wait = client.socket.rx_wait().expect("AF_XDP measures waits");
+            assert_eq!(wait.frames, 0, "a frame read as stamped: {wait:?}");
+        },
+    );
+}
+
 /// A kernel server in the client namespace on `port`, running `serve` on its one
 /// connection.
 fn as_client_server(
@@ -773,7 +859,7 @@ fn as_client_server(
 struct Client {
     stack: Stack,
     socket: XdpSocket,
-    _program: RedirectProgram,
+    program: RedirectProgram,
     rss: RssTable,
     rx: Vec<Vec<u8>>,
     tx: Vec<Vec<u8>>,
@@ -782,6 +868,15 @@ struct Client {
 
 impl Client {
     fn new(interface: &str, ip: Ipv4Addr) -> Client {
+        Client::with_program(interface, ip, RedirectProgram::attach)
+    }
+
+    /// A client whose redirect program `attach` loads and attaches.
+    fn with_program(
+        interface: &str,
+        ip: Ipv4Addr,
+        attach: impl FnOnce(&str, &RedirectRules) -> std::io::Result<RedirectProgram>,
+    ) -> Client {
         let socket = XdpSocket::open(interface, 0).unwrap();
         let mut config = StackConfig::new(interface::mac_address(interface).unwrap(), ip, 24);
         // On a veth: received checksums verified, none completed on transmit.
@@ -793,13 +888,13 @@ impl Client {
             ports: vec![],
             ephemeral_ports: config.ephemeral_ports,
         };
-        let mut program = RedirectProgram::attach(interface, &rules).unwrap();
+        let mut program = attach(interface, &rules).unwrap();
         assert_eq!(program.mode(), AttachMode::Driver, "veth runs XDP natively");
         program.add_socket(0, &socket).unwrap();
         Client {
             stack: Stack::new(config, Instant::ZERO),
             socket,
-            _program: program,
+            program,
             rss: RssTable::spread(&MICROSOFT_KEY, 1),
             rx: Vec::new(),
             tx: Vec::new(),
@@ -921,18 +1016,29 @@ fn bulk_clients_fill_a_kernel_sink() {
         ] {
             assert!(shard["drops"][field].is_u64(), "{field}: {shard}");
         }
-        // The kernel's ACKs reached the shard stamped by the redirect program (the veth keeps
-        // XDP metadata, and copy mode carries it into the UMEM): each frame's wait is counted
-        // in one bucket, and no frame is counted that the shard did not receive.
-        let wait = &shard["rxWait"];
-        let frames = wait["frames"].as_u64().unwrap_or(0);
-        assert!(frames > 0, "no stamped frame: {shard}");
-        assert!(Some(frames) <= shard["rxPackets"].as_u64(), "{shard}");
-        let buckets: u64 = wait["log2Micros"]
-            .as_array()
-            .map_or(0, |b| b.iter().filter_map(Value::as_u64).sum());
-        assert_eq!(buckets, frames, "{wait}");
-        assert!(wait["totalNanos"].as_u64() > Some(0), "{wait}");
+        // Where the kernel offers the stamping helper, the kernel's ACKs reached the shard
+        // stamped by the redirect program (the veth keeps XDP metadata, and copy mode carries
+        // it into the UMEM): each frame's wait is counted in one bucket, and no frame is
+        // counted that the shard did not receive. Where it does not, the runner serves
+        // without stamps, says why, and reports no waits.
+        let stamps = &stats["rxStamps"];
+        if kernel_offers_stamps() {
+            assert_eq!(stamps["state"], "enabled", "{stats}");
+            let wait = &shard["rxWait"];
+            let frames = wait["frames"].as_u64().unwrap_or(0);
+            assert!(frames > 0, "no stamped frame: {shard}");
+            assert!(Some(frames) <= shard["rxPackets"].as_u64(), "{shard}");
+            let buckets: u64 = wait["log2Micros"]
+                .as_array()
+                .map_or(0, |b| b.iter().filter_map(Value::as_u64).sum());
+            assert_eq!(buckets, frames, "{wait}");
+            assert!(wait["totalNanos"].as_u64() > Some(0), "{wait}");
+        } else {
+            assert_eq!(stamps["state"], "unavailable", "{stats}");
+            let reason = stamps["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("bpf_xdp_adjust_meta"), "{stats}");
+            assert!(shard.get("rxWait").is_none(), "{shard}");
+        }
         runner.stop();
         for reader in readers {
             let (read, ended) = reader.join().unwrap();

@@ -40,7 +40,8 @@ pub struct Supervision {
 }
 
 /// The stack's status from the supervisor's view and the runner's stats. Stats of another pid
-/// (a runner that died) count for nothing; `warning` is the isolation warning.
+/// (a runner that died) count for nothing; `warning` is the isolation warning. The message
+/// also says when the runner serves without receive stamps, and why.
 pub fn status(
     cores: &str,
     backend: StackBackend,
@@ -55,9 +56,16 @@ pub fn status(
         (Some(_), Some(s)) if s.state == RunState::Running => "Running",
         (Some(_), _) => "Starting",
     };
+    let stamps = current.and_then(|s| match &s.rx_stamps {
+        Some(api::RxStamps::Unavailable { reason }) => {
+            Some(format!("receive stamps unavailable: {reason}"))
+        }
+        _ => None,
+    });
     let message: Vec<String> = warning
         .map(str::to_string)
         .into_iter()
+        .chain(stamps)
         .chain(
             supervision
                 .last_exit
@@ -178,6 +186,49 @@ mod tests {
             st.message.as_deref(),
             Some("warning: x; last exit: killed by signal 9")
         );
+    }
+
+    #[test]
+    fn a_runner_without_receive_stamps_says_why_in_the_message() {
+        let reason = "the kernel refuses bpf_xdp_adjust_meta to XDP programs (verifier: \
+                      program of this type cannot use helper bpf_xdp_adjust_meta#54)";
+        let mut s = stats();
+        s.rx_stamps = Some(api::RxStamps::Unavailable {
+            reason: reason.into(),
+        });
+        let sup = Supervision {
+            pid: Some(1234),
+            ..Supervision::default()
+        };
+        let st = status("1", StackBackend::AfXdp, true, None, &sup, Some(&s));
+        assert_eq!(st.state, "Running");
+        assert_eq!(
+            st.message,
+            Some(format!("receive stamps unavailable: {reason}"))
+        );
+        // After the isolation warning; nothing said when stamped, or by a runner of
+        // another pid.
+        let st = status(
+            "1",
+            StackBackend::AfXdp,
+            false,
+            Some("warning: x"),
+            &sup,
+            Some(&s),
+        );
+        assert_eq!(
+            st.message,
+            Some(format!("warning: x; receive stamps unavailable: {reason}"))
+        );
+        let other = Supervision {
+            pid: Some(99),
+            ..sup.clone()
+        };
+        let st = status("1", StackBackend::AfXdp, true, None, &other, Some(&s));
+        assert_eq!(st.message, None);
+        s.rx_stamps = Some(api::RxStamps::Enabled);
+        let st = status("1", StackBackend::AfXdp, true, None, &sup, Some(&s));
+        assert_eq!(st.message, None);
     }
 
     #[test]

@@ -236,11 +236,13 @@ fn link_command(flags: &Flags) -> Result<(), Problem> {
             percent(m.load.rwnd_limited),
             percent(m.load.runner_busy),
             m.load.runner_drops.map(|d| d.lost()),
-            m.load
-                .runner_rx_wait
-                .as_ref()
-                .and_then(|w| w.mean_micros())
-                .map_or("—".into(), |us| format!("{us:.0} µs")),
+            match (&m.load.runner_rx_wait, &m.load.runner_rx_stamps_unavailable) {
+                (_, Some(reason)) => format!("— (no receive stamps: {reason})"),
+                (wait, None) => wait
+                    .as_ref()
+                    .and_then(|w| w.mean_micros())
+                    .map_or("—".into(), |us| format!("{us:.0} µs")),
+            },
         );
         measurements.push(m);
         write_json(&out, &measurements)?;

@@ -11,7 +11,7 @@ pub mod topology;
 use crate::report::{moved, Counters, Load, Measurement, Pairing};
 use crate::rows::Row;
 use cpu::CpuTime;
-use hoststack_runner_api::{IdlePolicy, QueueDrops, RunnerStats, RxWait};
+use hoststack_runner_api::{IdlePolicy, QueueDrops, RunnerStats, RxStamps, RxWait};
 use linux::{SendLimits, Senders, Sink};
 use runner::{Role, Runner};
 use std::net::SocketAddrV4;
@@ -276,7 +276,10 @@ fn load(first: &Sample, last: &Sample) -> Load {
             )
         }),
         runner_drops: runner.map(|(a, b)| b.drops.combine(a.drops, u64::saturating_sub)),
-        runner_rx_wait: runner.map(|(a, b)| b.rx_wait.combine(&a.rx_wait, u64::saturating_sub)),
+        runner_rx_wait: runner
+            .filter(|(_, b)| b.rx_stamps_unavailable.is_none())
+            .map(|(a, b)| b.rx_wait.combine(&a.rx_wait, u64::saturating_sub)),
+        runner_rx_stamps_unavailable: runner.and_then(|(_, b)| b.rx_stamps_unavailable.clone()),
         path_losses: Some(last.path.lost.saturating_sub(first.path.lost)),
         queue_drops: Some(last.path.overflowed.saturating_sub(first.path.overflowed)),
         sender_rtt_ms: None,
@@ -285,20 +288,27 @@ fn load(first: &Sample, last: &Sample) -> Load {
 }
 
 /// The runner's loop time, busy and in all, its queue drops and how long received frames
-/// waited, summed over its shards.
+/// waited, summed over its shards, and why its frames carried no stamps to measure the wait.
 #[derive(Default)]
 struct RunnerLoad {
     busy_nanos: u64,
     run_nanos: u64,
     drops: QueueDrops,
     rx_wait: RxWait,
+    rx_stamps_unavailable: Option<String>,
 }
 
 fn runner_load(stats: &RunnerStats) -> RunnerLoad {
-    stats
-        .shards
-        .iter()
-        .fold(RunnerLoad::default(), |load, shard| RunnerLoad {
+    let rx_stamps_unavailable = match &stats.rx_stamps {
+        Some(RxStamps::Unavailable { reason }) => Some(reason.clone()),
+        _ => None,
+    };
+    stats.shards.iter().fold(
+        RunnerLoad {
+            rx_stamps_unavailable,
+            ..RunnerLoad::default()
+        },
+        |load, shard| RunnerLoad {
             busy_nanos: load.busy_nanos + shard.busy_nanos,
             run_nanos: load.run_nanos + shard.run_nanos,
             drops: load
@@ -308,7 +318,9 @@ fn runner_load(stats: &RunnerStats) -> RunnerLoad {
                 Some(wait) => load.rx_wait.combine(wait, |a, b| a + b),
                 None => load.rx_wait,
             },
-        })
+            rx_stamps_unavailable: load.rx_stamps_unavailable,
+        },
+    )
 }
 
 /// The runner at its end of the link for `role`: the receiver's namespace and veth to
@@ -390,6 +402,27 @@ fn sample(row: &Row, sender: &Sender, receiver: &Receiver) -> Result<Sample, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runner_without_receive_stamps_gives_its_reason_and_no_wait() {
+        let stats = |stamps: serde_json::Value| -> RunnerStats {
+            serde_json::from_value(serde_json::json!({
+                "pid": 1, "state": "running", "mode": "copy", "services": [], "netstat": {},
+                "rxStamps": stamps,
+                "shards": [ { "core": 1, "queue": 0, "rxPackets": 9, "txPackets": 9,
+                              "connections": 1, "busyNanos": 5, "runNanos": 10 } ]
+            }))
+            .expect("a runner's stats")
+        };
+        let reason = "the kernel refuses bpf_xdp_adjust_meta to XDP programs";
+        let load = runner_load(&stats(
+            serde_json::json!({ "state": "unavailable", "reason": reason }),
+        ));
+        assert_eq!(load.rx_stamps_unavailable.as_deref(), Some(reason));
+        assert_eq!((load.busy_nanos, load.rx_wait.frames), (5, 0));
+        let load = runner_load(&stats(serde_json::json!({ "state": "enabled" })));
+        assert_eq!(load.rx_stamps_unavailable, None);
+    }
 
     #[test]
     fn the_mean_round_trip_is_read_from_pings_summary() {

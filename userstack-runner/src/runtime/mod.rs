@@ -19,8 +19,8 @@ use crate::device::tap::Tap;
 use crate::device::xdp_redirect::{RedirectProgram, RedirectRules};
 use crate::device::Device;
 use hoststack_runner_api::{
-    Backend, ChecksumOffloadStats, RunState, RunnerConfig, RunnerStats, ServiceKind, ServiceStats,
-    ShardStats, SteeringStats, StopStats,
+    Backend, ChecksumOffloadStats, RunState, RunnerConfig, RunnerStats, RxStamps, ServiceKind,
+    ServiceStats, ShardStats, SteeringStats, StopStats,
 };
 use services::{HttpResponses, ServiceSpec};
 use shard::{Control, Shard, ShardFigures};
@@ -288,8 +288,11 @@ impl Runtime {
 
     /// The stats document in `state`. TCP frames a device dropped for a bad checksum count
     /// in `netstat` as well (`InCsumErrors`, `InErrs`), where Linux and the stack count them,
-    /// so the counters read the same with checksum offload on or off.
+    /// so the counters read the same with checksum offload on or off. The shards report
+    /// receive waits only where the XDP program stamps frames (`rxStamps`).
     pub fn stats(&self, state: RunState) -> RunnerStats {
+        let rx_stamps = self.redirect.as_ref().map(|r| r.rx_stamps().clone());
+        let stamped = rx_stamps == Some(RxStamps::Enabled);
         let mut counters = userstack::counters::Counters::default();
         let mut stop = StopStats::default();
         let mut shards = Vec::new();
@@ -313,7 +316,9 @@ impl Runtime {
                 busy_nanos: figures.busy_nanos.load(Ordering::Relaxed),
                 run_nanos: figures.run_nanos.load(Ordering::Relaxed),
                 drops,
-                rx_wait: figures.rx_wait.lock().ok().and_then(|w| w.clone()),
+                rx_wait: stamped
+                    .then(|| figures.rx_wait.lock().ok().and_then(|w| w.clone()))
+                    .flatten(),
             });
         }
         RunnerStats {
@@ -329,6 +334,7 @@ impl Runtime {
                 indirection_size: self.steering.table.indirection.len() as u32,
             }),
             checksum_offload: Some(self.checksum_offload),
+            rx_stamps,
             netstat: stats::netstat(&counters),
             stop: matches!(state, RunState::Draining | RunState::Stopped).then_some(stop),
         }

@@ -84,6 +84,7 @@ mod tests {
                 indirection_size: 128,
             }),
             checksum_offload: Some(ChecksumOffloadStats { rx: true, tx: true }),
+            rx_stamps: None,
             netstat: netstat(&Counters::default()),
             stop: Some(StopStats {
                 drained: 1,
