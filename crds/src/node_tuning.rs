@@ -281,7 +281,8 @@ pub struct NodeTuningStatus {
     /// The tuning the applied revision came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_tuning: Option<String>,
-    /// The revision the last transaction (or plan) was about.
+    /// The revision the last transaction (or plan) was about; for a revert of a withdrawn
+    /// spec, the revision reverted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_revision: Option<String>,
     /// Why the last transaction failed.

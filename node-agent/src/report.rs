@@ -131,7 +131,7 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         state: Some(o.state),
         applied_revision: o.applied.as_ref().map(|a| a.revision.clone()),
         applied_tuning: o.applied.as_ref().map(|a| a.tuning.clone()),
-        observed_revision: input.observed_revision.map(str::to_string),
+        observed_revision: observed_revision(input),
         message: o.message.clone(),
         items: o.items.clone(),
         conditions,
@@ -144,6 +144,24 @@ pub fn status(input: &StatusInput) -> NodeTuningStatus {
         // The watch loop adds the confirmation window and the probes' results.
         confirmation: None,
         probes: Vec::new(),
+    }
+}
+
+/// The revision the outcome is about. A revert of a withdrawn spec is about the revision it
+/// reverted, which the withdrawn spec no longer names: the one the status before was about
+/// (kept while the spec stays withdrawn), the one whose transaction it showed in progress, or
+/// the one the host was on. So a Reverted report names what it ended, and a write for that
+/// revision afterwards shows in the history (the fault harness's invariant 1).
+fn observed_revision(input: &StatusInput) -> Option<String> {
+    if let Some(revision) = input.observed_revision {
+        return Some(revision.to_string());
+    }
+    let previous = input
+        .previous
+        .filter(|_| input.outcome.state == NodeState::Reverted)?;
+    match previous.state {
+        Some(NodeState::Reverted | NodeState::Applying) => previous.observed_revision.clone(),
+        _ => previous.applied_revision.clone(),
     }
 }
 
@@ -370,6 +388,63 @@ mod tests {
             now: at(1),
         });
         assert_eq!(cond(&s, DEGRADED).reason, "NotSupported");
+    }
+
+    #[test]
+    fn a_revert_names_the_revision_it_reverted() {
+        let applied = outcome(NodeState::Applied, None);
+        let on_r1 = status(&StatusInput {
+            outcome: &applied,
+            observed_revision: Some("r1"),
+            drifted: &[],
+            facts: None,
+            health: None,
+            previous: None,
+            generation: Some(3),
+            now: at(100),
+        });
+        let mut reverted = outcome(NodeState::Reverted, None);
+        reverted.applied = None;
+        let withdrawn = |previous| {
+            status(&StatusInput {
+                outcome: &reverted,
+                observed_revision: None,
+                drifted: &[],
+                facts: None,
+                health: None,
+                previous,
+                generation: Some(4),
+                now: at(200),
+            })
+        };
+        let first = withdrawn(Some(&on_r1));
+        assert_eq!(first.state, Some(NodeState::Reverted));
+        assert_eq!(first.observed_revision.as_deref(), Some("r1"));
+        assert_eq!(first.applied_revision, None);
+        // Reported again (every reconcile of the withdrawn spec): the same status, no write.
+        assert_eq!(withdrawn(Some(&first)), first);
+        // A revision the transaction before was about but never reported applied (the agent
+        // stopped between its writes and its report) is the one reverted.
+        let applying = Outcome {
+            applied: None,
+            ..outcome(NodeState::Applying, None)
+        };
+        let mid_r2 = status(&StatusInput {
+            outcome: &applying,
+            observed_revision: Some("r2"),
+            drifted: &[],
+            facts: None,
+            health: None,
+            previous: None,
+            generation: Some(5),
+            now: at(300),
+        });
+        assert_eq!(
+            withdrawn(Some(&mid_r2)).observed_revision.as_deref(),
+            Some("r2")
+        );
+        // Nothing ever applied: nothing reverted, no revision named.
+        assert_eq!(withdrawn(None).observed_revision, None);
     }
 
     #[test]
