@@ -129,9 +129,33 @@ pub struct NodeConfig {
     pub probes: Option<Probes>,
 }
 
+/// The default of `probes.timeout`.
+pub const PROBE_TIMEOUT_DEFAULT: &str = "5s";
+
+/// The default of `probes.confirmTimeout`.
+pub const CONFIRM_TIMEOUT_DEFAULT: &str = "60s";
+
+/// The CRD's CEL rule on `probes`: a probe's timeout fits in the confirmation window.
+fn probe_timeout_rule() -> kube::core::Rule {
+    let (timeout, confirm) = (PROBE_TIMEOUT_DEFAULT, CONFIRM_TIMEOUT_DEFAULT);
+    kube::core::Rule::new(format!(
+        "duration(has(self.timeout) ? self.timeout : '{timeout}') <= \
+         duration(has(self.confirmTimeout) ? self.confirmTimeout : '{confirm}')"
+    ))
+    .message(
+        format!(
+            "probes.timeout (default {timeout}) must not be longer than probes.confirmTimeout \
+             (default {confirm}): every probe must be able to end within the confirmation window"
+        )
+        .as_str(),
+    )
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// The post-apply probes and the dead-man confirmation of a revision.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = probe_timeout_rule())]
 pub struct Probes {
     /// Check the API server after the change, over a new connection along the node's own
     /// network path, and confirm the revision only once the agent's status write is read back
@@ -148,16 +172,18 @@ pub struct Probes {
     /// (default 1s); each node adds a random part of as much again, so a wave's nodes do not
     /// probe the API server in the same second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(ms|s|m|h)$"), length(max = 8))]
     pub settle_time: Option<String>,
-    /// How long one probe is retried before it fails (default 5s).
+    /// How long one probe is retried before it fails (default 5s); at most `confirmTimeout`.
+    /// A round of probes never outlasts the confirmation window: a probe still trying when
+    /// it closes fails, saying so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(ms|s|m|h)$"), length(max = 8))]
     pub timeout: Option<String>,
     /// How long the revision may stay unconfirmed before the agent reverts it by itself
     /// (default 60s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]+(ms|s|m|h)$"))]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(ms|s|m|h)$"), length(max = 8))]
     pub confirm_timeout: Option<String>,
     /// More targets the node must reach after the change.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -172,16 +198,22 @@ pub struct ProbeTarget {
     /// Names the probe in the status, the metrics and the failure message.
     #[schemars(length(min = 1, max = 63))]
     pub name: String,
-    /// `host:port` (an IP address or a DNS name) to open a TCP connection to.
+    /// `host:port` (an IP address, an IPv6 one in brackets, or a DNS name) to open a TCP
+    /// connection to. It must lie within the destinations the agents allow (the chart's
+    /// `probes.allowedDestinations`; never loopback or link-local unless named there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 3, max = 253))]
+    #[schemars(
+        length(min = 3, max = 253),
+        regex(pattern = r"^([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$")
+    )]
     pub tcp: Option<String>,
     /// A plain-HTTP GET and the status it must answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpProbe>,
-    /// A name the node's resolver must turn into at least one address.
+    /// A name the node's resolver must turn into at least one address (nothing connects to
+    /// them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[A-Za-z0-9._-]+$"))]
     pub dns: Option<String>,
 }
 
@@ -189,8 +221,17 @@ pub struct ProbeTarget {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpProbe {
-    /// `http://host[:port][/path]` (plain HTTP).
-    #[schemars(length(min = 8, max = 2048))]
+    /// `http://host[:port][/path][?query]` (plain HTTP; the host an IP address, an IPv6 one in
+    /// brackets, or a DNS name): visible ASCII only — no spaces or control characters,
+    /// percent-encode them — and no user information. The host must lie within the
+    /// destinations the agents allow, like a `tcp` target's. Only the answer's status code is
+    /// reported.
+    #[schemars(
+        length(min = 8, max = 2048),
+        regex(
+            pattern = r"^http://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?([/?][A-Za-z0-9._~!$&'()*+,;=:@%/?-]*)?$"
+        )
+    )]
     pub url: String,
     /// The status it must answer (default 200).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -468,7 +468,8 @@ fn values_reach_the_agent_daemonset_through_the_operators_flags() {
     assert_eq!(value("KUBERNETES_SERVICE_PORT"), Some(json!("6443")));
     assert_eq!(value("RUST_LOG"), Some(json!("debug")));
     assert_eq!(agent["ports"][0]["name"], "metrics");
-    // agent.extraArgs follow the operator's own arguments, in order.
+    // probes.allowedDestinations, then agent.extraArgs, follow the operator's own arguments,
+    // in order.
     assert_eq!(
         agent["args"],
         json!([
@@ -476,6 +477,7 @@ fn values_reach_the_agent_daemonset_through_the_operators_flags() {
             "--proc-root=/host/proc",
             "--sys-root=/host/sys",
             "--state-dir=/var/lib/hoststack",
+            "--probe-allowed-destinations=198.18.0.0/15,fd00::/8",
             "--resync-interval=1m",
             "--heartbeat-interval=5s"
         ])

@@ -233,6 +233,39 @@ fn the_api_server_rejects_bad_input_naming_the_field() {
             "spec.priority",
             "greater than or equal to 0",
         ),
+        // A line break in a probe's URL would end its request line: refused, as is anything
+        // but plain http:// with a host, and a tcp target without a port.
+        (
+            "  nodeSelector: {}\n  probes: {targets: [{name: web, http: {url: \"http://198.18.0.9/a HTTP/1.0\\r\\nX-Injected: 1\"}}]}\n".into(),
+            "spec.probes.targets[0].http.url",
+            "should match",
+        ),
+        (
+            "  nodeSelector: {}\n  probes: {targets: [{name: web, http: {url: \"https://198.18.0.9/\"}}]}\n".into(),
+            "spec.probes.targets[0].http.url",
+            "should match",
+        ),
+        (
+            "  nodeSelector: {}\n  probes: {targets: [{name: peer, tcp: \"198.18.0.9\\n:80\"}]}\n".into(),
+            "spec.probes.targets[0].tcp",
+            "should match",
+        ),
+        // A probe's timeout must fit in the confirmation window (given, or its default).
+        (
+            "  nodeSelector: {}\n  probes: {timeout: 2m, confirmTimeout: 60s}\n".into(),
+            "spec.probes",
+            "probes.timeout (default 5s) must not be longer than probes.confirmTimeout",
+        ),
+        (
+            "  nodeSelector: {}\n  probes: {timeout: 61s}\n".into(),
+            "spec.probes",
+            "probes.timeout (default 5s) must not be longer than probes.confirmTimeout",
+        ),
+        (
+            "  nodeSelector: {}\n  probes: {confirmTimeout: 4s}\n".into(),
+            "spec.probes",
+            "every probe must be able to end within the confirmation window",
+        ),
     ];
     for (spec, field, message) in cases {
         let err = lab

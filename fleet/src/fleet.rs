@@ -63,6 +63,7 @@ impl FleetConfig {
             namespace: self.namespace.clone(),
             heartbeat_interval: self.heartbeat_interval,
             userstack_binary: None,
+            probe_allowed_destinations: Default::default(),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::destinations::Destinations;
 #[cfg(feature = "test-hooks")]
 use crate::duration::parse_duration;
 use crate::duration::parse_nonzero_duration;
@@ -57,6 +58,13 @@ pub struct Config {
     /// How often the agent renews its heartbeat Lease; it stays valid for three intervals.
     #[arg(long, default_value = "10s", value_parser = parse_nonzero_duration)]
     pub heartbeat_interval: Duration,
+    /// Where the probes of a tuning's targets may connect: comma-separated CIDR prefixes (a
+    /// bare address is one host). Loopback, link-local and 0.0.0.0/8 are refused unless a
+    /// listed prefix lies inside them; a target outside the list fails the revision before
+    /// anything changes (an address) or its probe before anything connects (a name, judged at
+    /// every address it resolves to).
+    #[arg(long, default_value = crate::destinations::DEFAULT_DESTINATIONS)]
+    pub probe_allowed_destinations: Destinations,
     /// The user-space stack's runner, started for `userspaceStack`; by default
     /// `hoststack-userstack` next to the agent's own executable.
     #[arg(long)]
@@ -108,6 +116,28 @@ mod tests {
         assert_eq!(c.bpffs_root, PathBuf::from("/tmp/bpffs/node-a"));
         assert_eq!(c.step_delay, Duration::ZERO);
         assert_eq!(c.write_log, None);
+        assert_eq!(c.probe_allowed_destinations, Destinations::default());
+    }
+
+    #[test]
+    fn the_probes_allowed_destinations_are_a_list_of_prefixes() {
+        let parse = |list: &str| {
+            Config::try_parse_from([
+                "hoststack-agent",
+                "--node-name=n",
+                &format!("--probe-allowed-destinations={list}"),
+            ])
+        };
+        let c = parse("198.18.0.0/15,fd00::/8").expect("flags parse");
+        assert_eq!(
+            c.probe_allowed_destinations.to_string(),
+            "198.18.0.0/15,fd00::/8"
+        );
+        let e = parse("198.18.0.1/15").unwrap_err().to_string();
+        assert!(
+            e.contains("--probe-allowed-destinations") && e.contains("has host bits set"),
+            "{e}"
+        );
     }
 
     /// Any other build refuses the flag: tests/test_hooks.rs, on the binary.

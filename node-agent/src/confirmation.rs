@@ -12,12 +12,14 @@
 
 use std::time::Duration;
 
-use hoststack_crds::{ProbeResult, ProbeTarget, Probes};
+use hoststack_crds::{ProbeResult, Probes};
 
 /// The probe name of the default-gateway check.
 pub const GATEWAY_PROBE: &str = "default-gateway";
 
+use crate::destinations::Destinations;
 use crate::duration::parse_duration;
+use crate::targets::Target;
 
 /// The probe name of the API-server check.
 pub const API_SERVER_PROBE: &str = "api-server";
@@ -51,101 +53,16 @@ pub struct Checks {
     pub targets: Vec<Target>,
 }
 
-/// One of the tuning's probe targets, checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// Its name.
-    pub name: String,
-    /// What it checks.
-    pub check: Check,
-}
-
-/// What a target checks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Check {
-    /// A TCP connection to `host:port`.
-    Tcp(String),
-    /// A plain-HTTP GET of `path` from `authority` (`host:port`), answered with `status`.
-    Http {
-        /// `host:port`.
-        authority: String,
-        /// The request path, `/` at least.
-        path: String,
-        /// The status it must answer.
-        status: u16,
-    },
-    /// A lookup of the name by the node's resolver.
-    Dns(String),
-}
-
-impl Target {
-    /// The checked form of `target`; an error naming the target when it sets not exactly one
-    /// check or an HTTP URL that is not plain `http://`.
-    pub fn of(target: &ProbeTarget) -> Result<Target, String> {
-        let name = &target.name;
-        let check = match (&target.tcp, &target.http, &target.dns) {
-            (Some(tcp), None, None) => Check::Tcp(tcp.clone()),
-            (None, Some(http), None) => {
-                let rest = http.url.strip_prefix("http://").ok_or_else(|| {
-                    format!(
-                        "probes.targets[{name}].http.url: {:?} is not a plain http:// URL",
-                        http.url
-                    )
-                })?;
-                let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-                if host.is_empty() {
-                    return Err(format!(
-                        "probes.targets[{name}].http.url: {:?} names no host",
-                        http.url
-                    ));
-                }
-                let authority = if host
-                    .rsplit_once(':')
-                    .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-                {
-                    host.to_string()
-                } else {
-                    format!("{host}:80")
-                };
-                Check::Http {
-                    authority,
-                    path: if path.is_empty() {
-                        "/".into()
-                    } else {
-                        path.into()
-                    },
-                    status: http.expect_status.unwrap_or(200),
-                }
-            }
-            (None, None, Some(dns)) => Check::Dns(dns.clone()),
-            _ => {
-                return Err(format!(
-                    "probes.targets[{name}]: set exactly one of tcp, http and dns"
-                ))
-            }
-        };
-        Ok(Target {
-            name: name.clone(),
-            check,
-        })
-    }
-
-    /// What it reaches for, as the status shows it.
-    pub fn shown(&self) -> String {
-        match &self.check {
-            Check::Tcp(t) | Check::Dns(t) => t.clone(),
-            Check::Http {
-                authority, path, ..
-            } => format!("http://{authority}{path}"),
-        }
-    }
-}
-
 impl Checks {
     /// The checks of a revision with these `probes` (absent: the defaults); `None` when there is
     /// nothing to check (the API-server probe off and no target), so the revision is never
-    /// provisional. A duration that does not parse is an error naming the field.
-    pub fn of(probes: Option<&Probes>) -> Result<Option<Checks>, String> {
+    /// provisional. A duration that does not parse, a `timeout` longer than `confirmTimeout`, a
+    /// target that does not parse or whose address lies outside `destinations` is an error
+    /// naming the field.
+    pub fn of(
+        probes: Option<&Probes>,
+        destinations: &Destinations,
+    ) -> Result<Option<Checks>, String> {
         let default = Probes::default();
         let p = probes.unwrap_or(&default);
         let duration = |field: &str, value: &Option<String>, default: Duration| match value {
@@ -162,8 +79,19 @@ impl Checks {
                 &p.confirm_timeout,
                 DEFAULT_CONFIRM_TIMEOUT,
             )?,
-            targets: p.targets.iter().map(Target::of).collect::<Result<_, _>>()?,
+            targets: p
+                .targets
+                .iter()
+                .map(|t| Target::of(t, destinations))
+                .collect::<Result<_, _>>()?,
         };
+        if checks.timeout > checks.confirm_timeout {
+            return Err(format!(
+                "probes.timeout: {:?} is longer than probes.confirmTimeout ({:?}): a probe must be \
+                 able to end within the confirmation window",
+                checks.timeout, checks.confirm_timeout
+            ));
+        }
         let any = checks.api_server || checks.default_gateway || !checks.targets.is_empty();
         Ok(any.then_some(checks))
     }
@@ -330,6 +258,7 @@ fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hoststack_crds::ProbeTarget;
 
     fn result(name: &str, passed: bool) -> ProbeResult {
         ProbeResult {
@@ -342,7 +271,9 @@ mod tests {
 
     #[test]
     fn checks_default_to_the_api_server_and_can_be_turned_off() {
-        let checks = Checks::of(None).unwrap().expect("the defaults check");
+        let checks = Checks::of(None, &Destinations::default())
+            .unwrap()
+            .expect("the defaults check");
         assert!(checks.api_server && checks.targets.is_empty());
         assert_eq!(
             (checks.settle, checks.timeout, checks.confirm_timeout),
@@ -353,7 +284,7 @@ mod tests {
             default_gateway: Some(false),
             ..Probes::default()
         };
-        assert_eq!(Checks::of(Some(&off)), Ok(None));
+        assert_eq!(Checks::of(Some(&off), &Destinations::default()), Ok(None));
         let target = Probes {
             confirm_timeout: Some("20s".into()),
             targets: vec![ProbeTarget {
@@ -363,75 +294,46 @@ mod tests {
             }],
             ..off.clone()
         };
-        let checks = Checks::of(Some(&target)).unwrap().unwrap();
+        let checks = Checks::of(Some(&target), &Destinations::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(checks.confirm_timeout, Duration::from_secs(20));
-        assert_eq!(checks.targets[0].check, Check::Tcp("198.18.0.9:80".into()));
+        assert_eq!(checks.targets[0].shown(), "198.18.0.9:80");
         let bad = Probes {
             settle_time: Some("soon".into()),
             ..Probes::default()
         };
-        assert!(Checks::of(Some(&bad))
+        assert!(Checks::of(Some(&bad), &Destinations::default())
             .unwrap_err()
             .starts_with("probes.settleTime: "));
     }
 
     #[test]
-    fn a_target_sets_exactly_one_check_and_http_urls_are_plain() {
-        let http = |url: &str, status| ProbeTarget {
-            name: "web".into(),
-            http: Some(hoststack_crds::HttpProbe {
-                url: url.into(),
-                expect_status: status,
-            }),
-            ..ProbeTarget::default()
+    fn a_probe_timeout_longer_than_the_confirmation_window_is_refused() {
+        // The same defaults as the schema's rule.
+        assert_eq!(
+            parse_duration(hoststack_crds::PROBE_TIMEOUT_DEFAULT),
+            Ok(DEFAULT_TIMEOUT)
+        );
+        assert_eq!(
+            parse_duration(hoststack_crds::CONFIRM_TIMEOUT_DEFAULT),
+            Ok(DEFAULT_CONFIRM_TIMEOUT)
+        );
+        let long = |timeout: &str, confirm: Option<&str>| Probes {
+            timeout: Some(timeout.into()),
+            confirm_timeout: confirm.map(String::from),
+            ..Probes::default()
         };
-        let table = [
-            (
-                http("http://198.18.0.9:8080/healthz", Some(204)),
-                Ok(Check::Http {
-                    authority: "198.18.0.9:8080".into(),
-                    path: "/healthz".into(),
-                    status: 204,
-                }),
-            ),
-            (
-                http("http://svc.local", None),
-                Ok(Check::Http {
-                    authority: "svc.local:80".into(),
-                    path: "/".into(),
-                    status: 200,
-                }),
-            ),
-            (
-                http("https://svc.local/", None),
-                Err("probes.targets[web].http.url: \"https://svc.local/\" is not a plain http:// URL".to_string()),
-            ),
-            (
-                ProbeTarget {
-                    name: "web".into(),
-                    tcp: Some("a:1".into()),
-                    dns: Some("a".into()),
-                    ..ProbeTarget::default()
-                },
-                Err("probes.targets[web]: set exactly one of tcp, http and dns".to_string()),
-            ),
-            (
-                ProbeTarget {
-                    name: "resolver".into(),
-                    dns: Some("kubernetes.default".into()),
-                    ..ProbeTarget::default()
-                },
-                Ok(Check::Dns("kubernetes.default".into())),
-            ),
-        ];
-        for (target, want) in table {
-            assert_eq!(Target::of(&target).map(|t| t.check), want, "{target:?}");
+        assert!(Checks::of(Some(&long("20s", Some("20s"))), &Destinations::default()).is_ok());
+        for probes in [long("21s", Some("20s")), long("2m", None)] {
+            let refused = Checks::of(Some(&probes), &Destinations::default()).expect_err("refused");
+            assert!(refused.starts_with("probes.timeout: "), "{refused}");
         }
     }
 
     #[test]
     fn a_window_settles_probes_retries_and_expires() {
-        let checks = Checks::of(None).unwrap().unwrap();
+        let checks = Checks::of(None, &Destinations::default()).unwrap().unwrap();
         let mut w = Window::open("r2", &checks, 1_000_000, 0.0);
         assert_eq!(w.step(1_000_000), Step::Wait(Duration::from_secs(1)));
         assert_eq!(w.step(1_001_000), Step::Probe);
@@ -450,10 +352,13 @@ mod tests {
 
     #[test]
     fn the_first_round_falls_within_one_settle_time_after_the_settle_time() {
-        let checks = Checks::of(Some(&Probes {
-            settle_time: Some("10s".into()),
-            ..Probes::default()
-        }))
+        let checks = Checks::of(
+            Some(&Probes {
+                settle_time: Some("10s".into()),
+                ..Probes::default()
+            }),
+            &Destinations::default(),
+        )
         .unwrap()
         .unwrap();
         let rounds: Vec<u64> = [0.0, 0.25, 0.5, 0.999]
@@ -490,7 +395,7 @@ mod tests {
 
         // A 60 s window with 5 s probes: the rounds the longest waits leave, then a last call
         // at 55 s that can still end by the deadline.
-        let checks = Checks::of(None).unwrap().unwrap();
+        let checks = Checks::of(None, &Destinations::default()).unwrap().unwrap();
         let mut w = Window::open("r", &checks, 0, 0.0);
         let mut rounds = vec![w.next_round];
         while let Step::Probe = w.step(w.next_round) {

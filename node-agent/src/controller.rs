@@ -65,6 +65,11 @@ fn unix_millis() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// When `window` closes, on tokio's clock: every round of probes in it ends by then.
+fn round_deadline(window: &Window) -> Instant {
+    Instant::now() + Duration::from_millis(window.deadline.saturating_sub(unix_millis()))
+}
+
 /// Runs the agent until SIGTERM or SIGINT: serves /metrics, recovers an interrupted
 /// transaction, then watches the node's NodeTuning and reconciles. Needs a multi-threaded
 /// tokio runtime.
@@ -108,7 +113,8 @@ impl NodeAgent {
         let host =
             Host::new(&config.proc_root, &config.sys_root).with_bpffs_root(&config.bpffs_root);
         let transactor = Transactor::new(host.clone(), JournalStore::new(&config.state_dir));
-        let reconciler = Reconciler::new(transactor, config.hooks());
+        let mut reconciler = Reconciler::new(transactor, config.hooks());
+        reconciler.set_probe_destinations(config.probe_allowed_destinations.clone());
         let dataplane = Supervisor::new(
             &config.userstack_binary(),
             &config.state_dir,
@@ -563,7 +569,8 @@ impl Agent {
         };
         // The probes of an earlier revision say nothing about this one.
         self.probes.clear();
-        let results = self.probe_round(&targets, &revision).await;
+        let deadline = round_deadline(&window);
+        let results = self.probe_round(&targets, &revision, deadline).await;
         self.window = Some((window, checks));
         if let Verdict::Revert(reason) = judge(&results) {
             return self
@@ -609,19 +616,22 @@ impl Agent {
                 Step::Probe => {
                     // The round (the status write it needs, then the probes) ends by the
                     // deadline at the latest: a node cut off must not wait out its timeouts.
-                    let left = Duration::from_millis(window.deadline.saturating_sub(unix_millis()));
-                    let round = async {
-                        // The status with the confirmation pending must be written for the API
-                        // server to show it back.
+                    let deadline = round_deadline(&window);
+                    // The status with the confirmation pending must be written for the API
+                    // server to show it back.
+                    let reported = async {
                         if let Some((intent, outcome)) = self.last.clone() {
                             self.report(&intent, &outcome).await;
                         }
-                        self.probe_round(&checks, &window.revision).await
                     };
-                    let Ok(results) = tokio::time::timeout(left, round).await else {
+                    let results = match tokio::time::timeout_at(deadline, reported).await {
+                        Ok(()) => Some(self.probe_round(&checks, &window.revision, deadline).await),
+                        Err(_) => None,
+                    };
+                    let Some(results) = results else {
                         let mut cut_short = window.clone();
                         cut_short.last_error.get_or_insert_with(|| {
-                            format!("probe {API_SERVER_PROBE}: no answer from the API server by the deadline")
+                            format!("probe {API_SERVER_PROBE}: the status write with the confirmation pending did not reach the API server by the deadline")
                         });
                         let reason = cut_short
                             .step(cut_short.deadline)
@@ -680,8 +690,14 @@ impl Agent {
         }
     }
 
-    /// Runs one round of `checks` for `revision`, counts and keeps the results.
-    async fn probe_round(&mut self, checks: &Checks, revision: &str) -> Vec<ProbeResult> {
+    /// Runs one round of `checks` for `revision`, ended by `deadline`, counts and keeps the
+    /// results.
+    async fn probe_round(
+        &mut self,
+        checks: &Checks,
+        revision: &str,
+        deadline: Instant,
+    ) -> Vec<ProbeResult> {
         let Some(kube_config) = &self.kube_config else {
             return Vec::new();
         };
@@ -690,7 +706,8 @@ impl Agent {
             node: &self.config.node_name,
             revision,
         };
-        let results = probe::round(checks, api_server).await;
+        let destinations = &self.config.probe_allowed_destinations;
+        let results = probe::round(checks, api_server, destinations, deadline).await;
         let tuning = self
             .last
             .as_ref()

@@ -31,7 +31,8 @@
 //! 6. The reconciler, [`reconciler`]: for one [`intent::Intent`] (what the NodeTuning asks
 //!    for), whether to plan, apply, revert or re-report, and [`confirmation`], the pure
 //!    decisions of the dead-man window in which an applied revision stays provisional until
-//!    its probes confirm it, with [`hooks`], the lab build's
+//!    its probes confirm it, [`targets`], its probe targets parsed, and [`destinations`], where
+//!    the installer lets probes connect, with [`hooks`], the lab build's
 //!    observers of its transactions, and [`failures`], the memory of
 //!    failed revisions per spec generation; [`report`] turns outcomes into a `NodeTuningStatus`, [`preview`] answers
 //!    `kubectl hoststack plan`.
@@ -53,6 +54,7 @@ pub mod confirmation;
 pub mod controller;
 pub mod cpus;
 pub mod dataplane;
+pub mod destinations;
 pub mod drift;
 pub mod duration;
 pub mod expand;
@@ -74,6 +76,7 @@ pub mod probe;
 pub mod reconciler;
 pub mod report;
 pub mod sysfs;
+pub mod targets;
 pub mod transaction;
 
 pub use config::Config;

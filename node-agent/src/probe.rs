@@ -3,21 +3,27 @@
 //! node's resolver), the default gateway (its address resolved by ARP, where the node has a
 //! default route), and the API server — a new client (its own TCP and TLS connection, never one
 //! the agent already holds) reads the agent's own NodeTuning back and must find the
-//! confirmation it wrote pending. Each probe is retried until its timeout; none needs ICMP, and a
-//! node without a default route skips the gateway. [`crate::confirmation`] decides what a round
-//! means.
+//! confirmation it wrote pending. The probes of a round run side by side, each retried until
+//! its timeout or the round's deadline (the confirmation window's), whichever comes first, and
+//! a failed one says which ran out; none needs ICMP, and a node without a default route skips
+//! the gateway. A target's host is resolved once per attempt and every address it resolves to
+//! is judged against the agents' allowed destinations ([`crate::destinations`]) before
+//! anything connects. [`crate::confirmation`] decides what a round means.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use futures::future::join_all;
 use hoststack_crds::{NodeTuning, ProbeResult};
 use kube::{Api, Client};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, timeout_at, Instant};
 
-use crate::confirmation::{backoff, Check, Checks, Target, API_SERVER_PROBE, GATEWAY_PROBE};
+use crate::confirmation::{backoff, Checks, API_SERVER_PROBE, GATEWAY_PROBE};
+use crate::destinations::Destinations;
+use crate::targets::{Check, Endpoint, Target};
 
 /// The pause after the first failed attempt of a probe; it doubles with each further one, up to
 /// [`MAX_ATTEMPT_PAUSE`].
@@ -35,58 +41,132 @@ pub struct ApiServer<'a> {
     pub revision: &'a str,
 }
 
-/// One round of `checks`: the targets, the default gateway, then the API server, each when
-/// checked.
-pub async fn round(checks: &Checks, api_server: ApiServer<'_>) -> Vec<ProbeResult> {
-    let mut results = Vec::new();
-    for target in &checks.targets {
-        let outcome = retried(checks.timeout, || check(target)).await;
-        results.push(result(&target.name, &target.shown(), outcome));
-    }
-    if checks.default_gateway {
-        if let Some((gateway, device)) = default_gateway() {
-            let outcome = retried(checks.timeout, || resolve(gateway)).await;
-            let shown = format!("{gateway} via {device}");
-            results.push(result(GATEWAY_PROBE, &shown, outcome));
+/// One round of `checks`, ended by `deadline` at the latest: the targets (connecting only to
+/// `destinations`), the default gateway, then the API server, each when checked, all at once;
+/// their results in that order.
+pub async fn round(
+    checks: &Checks,
+    api_server: ApiServer<'_>,
+    destinations: &Destinations,
+    deadline: Instant,
+) -> Vec<ProbeResult> {
+    let within = Within {
+        timeout: checks.timeout,
+        deadline,
+    };
+    let targets = join_all(checks.targets.iter().map(|target| async move {
+        let outcome = within.retried(|| check(target, destinations)).await;
+        result(&target.name, &target.shown(), outcome)
+    }));
+    let gateway = async {
+        let (gateway, device) = checks.default_gateway.then(default_gateway).flatten()?;
+        let outcome = within
+            .retried(|| async { resolve(gateway).await.map_err(Miss::Again) })
+            .await;
+        Some(result(
+            GATEWAY_PROBE,
+            &format!("{gateway} via {device}"),
+            outcome,
+        ))
+    };
+    let api = async {
+        if !checks.api_server {
+            return None;
         }
-    }
-    if checks.api_server {
         let url = api_server.config.cluster_url.to_string();
-        let outcome = retried(checks.timeout, || read_back(&api_server)).await;
-        results.push(result(API_SERVER_PROBE, &url, outcome));
-    }
+        let outcome = within
+            .retried(|| async { read_back(&api_server).await.map_err(Miss::Again) })
+            .await;
+        Some(result(API_SERVER_PROBE, &url, outcome))
+    };
+    let (mut results, gateway, api) = futures::join!(targets, gateway, api);
+    results.extend(gateway);
+    results.extend(api);
     results
 }
 
+/// Why one attempt of a probe did not pass.
+#[derive(Debug, PartialEq, Eq)]
+enum Miss {
+    /// It may pass if tried again: the reason.
+    Again(String),
+    /// The agents' allowed destinations refuse where it would connect: no attempt can pass.
+    Refused(String),
+}
+
 /// One attempt at a target.
-async fn check(target: &Target) -> Result<(), String> {
+async fn check(target: &Target, destinations: &Destinations) -> Result<(), Miss> {
     match &target.check {
-        Check::Tcp(address) => TcpStream::connect(address)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string()),
+        Check::Tcp(endpoint) => {
+            let addresses = allowed_addresses(endpoint, destinations).await?;
+            TcpStream::connect(&addresses[..])
+                .await
+                .map(drop)
+                .map_err(|e| Miss::Again(e.to_string()))
+        }
         Check::Http {
-            authority,
-            path,
+            endpoint,
+            request_target,
             status,
-        } => http_get(authority, path, *status).await,
+        } => {
+            let addresses = allowed_addresses(endpoint, destinations).await?;
+            http_get(&addresses, endpoint, request_target, *status)
+                .await
+                .map_err(Miss::Again)
+        }
         Check::Dns(name) => match tokio::net::lookup_host((name.as_str(), 0)).await {
             Ok(mut found) => match found.next() {
                 Some(_) => Ok(()),
-                None => Err(format!("{name} resolved to no address")),
+                None => Err(Miss::Again(format!("{name} resolved to no address"))),
             },
-            Err(e) => Err(format!("resolving {name}: {e}")),
+            Err(e) => Err(Miss::Again(format!("resolving {name}: {e}"))),
         },
     }
 }
 
-/// A plain HTTP/1.0 GET of `path` from `authority`; passes when the status line says `want`.
-async fn http_get(authority: &str, path: &str, want: u16) -> Result<(), String> {
-    let mut stream = TcpStream::connect(authority)
+/// The addresses `endpoint` resolves to, once every one of them is judged allowed: a name that
+/// resolves to one refused address is refused (it could answer from it), and the connection
+/// goes to exactly the addresses judged (no second lookup between judging and connecting).
+async fn allowed_addresses(
+    endpoint: &Endpoint,
+    destinations: &Destinations,
+) -> Result<Vec<SocketAddr>, Miss> {
+    let found: Vec<SocketAddr> = tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
+        .await
+        .map_err(|e| Miss::Again(format!("resolving {}: {e}", endpoint.host)))?
+        .collect();
+    if found.is_empty() {
+        return Err(Miss::Again(format!(
+            "{} resolved to no address",
+            endpoint.host
+        )));
+    }
+    for address in &found {
+        destinations.judge(address.ip()).map_err(|e| {
+            Miss::Refused(format!(
+                "refused before connecting: {} resolves to {e}",
+                endpoint.host
+            ))
+        })?;
+    }
+    Ok(found)
+}
+
+/// A plain HTTP/1.0 GET of `request_target` from `endpoint` at one of `addresses`; passes
+/// when the status line says `want`. Only the status code of the answer is reported, never
+/// its bytes.
+async fn http_get(
+    addresses: &[SocketAddr],
+    endpoint: &Endpoint,
+    request_target: &str,
+    want: u16,
+) -> Result<(), String> {
+    let mut stream = TcpStream::connect(addresses)
         .await
         .map_err(|e| e.to_string())?;
-    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let host = endpoint.host_header();
+    let request =
+        format!("GET {request_target} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await
@@ -103,14 +183,23 @@ async fn http_get(authority: &str, path: &str, want: u16) -> Result<(), String> 
         }
         read += n;
     }
-    let line = String::from_utf8_lossy(&head[..read]);
-    let line = line.lines().next().unwrap_or_default();
-    let status: Option<u16> = line.split_whitespace().nth(1).and_then(|s| s.parse().ok());
-    match status {
+    match status_code(&head[..read]) {
         Some(s) if s == want => Ok(()),
         Some(s) => Err(format!("answered {s}, not {want}")),
-        None => Err(format!("no HTTP status line: {line:?}")),
+        None => Err("the answer does not begin with an HTTP status line".into()),
     }
+}
+
+/// The status code of an answer that begins with an HTTP status line (`HTTP/1.x NNN ...`).
+fn status_code(answer: &[u8]) -> Option<u16> {
+    let line = answer.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut words = line.split_whitespace();
+    words.next().filter(|v| v.starts_with("HTTP/"))?;
+    words
+        .next()
+        .filter(|code| code.len() == 3)
+        .and_then(|code| code.parse().ok())
 }
 
 /// The default route's IPv4 gateway and device, from the agent's own `/proc/net/route`; `None`
@@ -197,28 +286,70 @@ async fn read_back(probe: &ApiServer<'_>) -> Result<(), String> {
     }
 }
 
-/// Runs `attempt` until it succeeds or `within` has passed (each attempt bounded by what is
-/// left, the pauses between them backing off with jitter); the last error when none succeeded.
-async fn retried<F, Fut>(within: Duration, mut attempt: F) -> Result<(), String>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
-{
-    let deadline = Instant::now() + within;
-    let mut failed = 0;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let error = match timeout(left, attempt()).await {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => e,
-            Err(_) => format!("no answer within {within:?}"),
+/// How long a probe of a round is tried: its own timeout, but never past the round's deadline.
+#[derive(Clone, Copy, Debug)]
+struct Within {
+    /// The probe's timeout (`probes.timeout`), from its first attempt.
+    timeout: Duration,
+    /// The end of the confirmation window (`probes.confirmTimeout`).
+    deadline: Instant,
+}
+
+/// What ended the attempts of a probe that did not pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RanOut {
+    /// The probe's own timeout.
+    Timeout(Duration),
+    /// The confirmation window.
+    Deadline,
+}
+
+impl Within {
+    /// Runs `attempt` until it succeeds, is refused, or the timeout or the deadline comes
+    /// (each attempt bounded by what is left, the pauses between them backing off with jitter);
+    /// the reason it did not pass, saying which ran out.
+    async fn retried<F, Fut>(self, mut attempt: F) -> Result<(), String>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), Miss>>,
+    {
+        let timed_out = Instant::now() + self.timeout;
+        let (end, ran_out) = if self.deadline < timed_out {
+            (self.deadline, RanOut::Deadline)
+        } else {
+            (timed_out, RanOut::Timeout(self.timeout))
         };
-        let pause = backoff(ATTEMPT_PAUSE, MAX_ATTEMPT_PAUSE, failed, fastrand::f64());
-        if Instant::now() + pause >= deadline {
-            return Err(error);
+        let mut failed = 0;
+        loop {
+            let last = match timeout_at(end, attempt()).await {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(Miss::Refused(why))) => return Err(why),
+                Ok(Err(Miss::Again(why))) => Some(why),
+                Err(_) => None,
+            };
+            let pause = backoff(ATTEMPT_PAUSE, MAX_ATTEMPT_PAUSE, failed, fastrand::f64());
+            if Instant::now() + pause >= end {
+                return Err(gave_up(ran_out, last));
+            }
+            sleep(pause).await;
+            failed += 1;
         }
-        sleep(pause).await;
-        failed += 1;
+    }
+}
+
+/// The reason of a probe that did not pass: the last attempt's error (none when it got no
+/// answer at all), and what ran out.
+fn gave_up(ran_out: RanOut, last: Option<String>) -> String {
+    let until = match ran_out {
+        RanOut::Timeout(t) => format!("the probe's timeout ({t:?}) ran out"),
+        RanOut::Deadline => {
+            "the confirmation window (probes.confirmTimeout) closed before the probe's timeout"
+                .to_string()
+        }
+    };
+    match last {
+        Some(error) => format!("{error}; tried until {until}"),
+        None => format!("no answer: {until}"),
     }
 }
 
@@ -235,41 +366,201 @@ fn result(name: &str, target: &str, outcome: Result<(), String>) -> ProbeResult 
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn a_tcp_probe_passes_on_a_listener_and_fails_with_the_reason_without_one() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let open = listener.local_addr().unwrap().to_string();
-        let target = Target {
-            name: "web".into(),
-            check: Check::Tcp(open),
+    /// The loopback listeners of these tests, allowed by name.
+    fn loopback() -> Destinations {
+        "127.0.0.0/8".parse().unwrap()
+    }
+
+    fn tcp(name: &str, address: SocketAddr) -> Target {
+        Target {
+            name: name.into(),
+            check: Check::Tcp(Endpoint {
+                host: address.ip().to_string(),
+                port: address.port(),
+            }),
+        }
+    }
+
+    /// Checks of `targets` alone, probed for `timeout` each.
+    fn checks_of(targets: Vec<Target>, timeout: Duration) -> Checks {
+        Checks {
+            api_server: false,
+            default_gateway: false,
+            settle: Duration::ZERO,
+            timeout,
+            confirm_timeout: Duration::from_secs(60),
+            targets,
+        }
+    }
+
+    /// A round of `checks` (no API server) ending by `deadline`.
+    async fn round_of(
+        checks: &Checks,
+        destinations: &Destinations,
+        deadline: Instant,
+    ) -> Vec<ProbeResult> {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let api_server = ApiServer {
+            config: &config,
+            node: "node-a",
+            revision: "r1",
         };
-        assert_eq!(check(&target).await, Ok(()));
-        drop(listener);
-        let failed = retried(Duration::from_millis(600), || check(&target)).await;
-        assert!(failed.unwrap_err().contains("refused"));
+        round(checks, api_server, destinations, deadline).await
     }
 
     #[tokio::test]
-    async fn an_http_probe_checks_the_status_line() {
+    async fn a_tcp_probe_passes_on_a_listener_and_fails_with_the_reason_without_one() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let authority = listener.local_addr().unwrap().to_string();
+        let target = tcp("web", listener.local_addr().unwrap());
+        assert_eq!(check(&target, &loopback()).await, Ok(()));
+        drop(listener);
+        let within = Within {
+            timeout: Duration::from_millis(600),
+            deadline: Instant::now() + Duration::from_secs(60),
+        };
+        let allowed = loopback();
+        let failed = within.retried(|| check(&target, &allowed)).await;
+        let failed = failed.unwrap_err();
+        assert!(
+            failed.contains("refused")
+                && failed.ends_with("; tried until the probe's timeout (600ms) ran out"),
+            "{failed}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_http_probe_sends_one_request_line_and_reports_only_the_status_code() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
         tokio::spawn(async move {
             for answer in [
                 "HTTP/1.0 200 OK\r\n\r\n",
                 "HTTP/1.1 503 Unavailable\r\n\r\n",
+                "SSH-2.0-OpenSSH_9.6 secret banner\r\n",
             ] {
                 let (mut s, _) = listener.accept().await.unwrap();
                 let mut request = [0u8; 512];
-                let _ = s.read(&mut request).await.unwrap();
-                assert!(request.starts_with(b"GET /healthz HTTP/1.0\r\n"));
+                let n = s.read(&mut request).await.unwrap();
+                let request = String::from_utf8_lossy(&request[..n]).to_string();
+                let host = format!("Host: {address}");
+                let lines: Vec<&str> = request.split("\r\n").collect();
+                assert_eq!(
+                    lines,
+                    [
+                        "GET /healthz?x=%0D%0A HTTP/1.0",
+                        &host,
+                        "Connection: close",
+                        "",
+                        ""
+                    ]
+                );
                 s.write_all(answer.as_bytes()).await.unwrap();
             }
         });
-        assert_eq!(http_get(&authority, "/healthz", 200).await, Ok(()));
+        let endpoint = Endpoint {
+            host: address.ip().to_string(),
+            port: address.port(),
+        };
+        let addresses = [address];
+        let get = || http_get(&addresses, &endpoint, "/healthz?x=%0D%0A", 200);
+        assert_eq!(get().await, Ok(()));
+        assert_eq!(get().await, Err("answered 503, not 200".into()));
         assert_eq!(
-            http_get(&authority, "/healthz", 200).await,
-            Err("answered 503, not 200".into())
+            get().await,
+            Err("the answer does not begin with an HTTP status line".into())
         );
+    }
+
+    #[test]
+    fn a_failed_probe_says_which_ran_out() {
+        let timeout = RanOut::Timeout(Duration::from_secs(5));
+        assert_eq!(
+            gave_up(timeout, None),
+            "no answer: the probe's timeout (5s) ran out"
+        );
+        assert_eq!(
+            gave_up(RanOut::Deadline, Some("connection refused".into())),
+            "connection refused; tried until the confirmation window (probes.confirmTimeout) \
+             closed before the probe's timeout"
+        );
+    }
+
+    /// Three HTTP targets that accept and never answer, probed for 5 s each, in a window that
+    /// closes 6 s after the round starts: the round ends by then, on tokio's paused clock, and
+    /// says the probes' timeout ran out; a window that closes first says so.
+    #[tokio::test(start_paused = true)]
+    async fn a_round_of_targets_that_never_answer_ends_by_the_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        let targets = ["a", "b", "c"].map(|name| Target {
+            name: name.into(),
+            check: Check::Http {
+                endpoint: Endpoint {
+                    host: silent.ip().to_string(),
+                    port: silent.port(),
+                },
+                request_target: "/".into(),
+                status: 200,
+            },
+        });
+        let checks = checks_of(targets.to_vec(), Duration::from_secs(5));
+        for (window, ran_out) in [
+            (Duration::from_secs(6), "the probe's timeout (5s) ran out"),
+            (Duration::from_secs(2), "the confirmation window"),
+        ] {
+            let start = Instant::now();
+            let deadline = start + window;
+            let results = round_of(&checks, &loopback(), deadline).await;
+            assert!(
+                Instant::now() <= deadline,
+                "the round ended {:?} after it started, past the deadline at {window:?}",
+                Instant::now() - start
+            );
+            assert_eq!(results.len(), 3);
+            for r in &results {
+                let message = r.message.as_deref().unwrap_or_default();
+                assert!(!r.passed && message.contains(ran_out), "{r:?}");
+            }
+        }
+    }
+
+    /// A name that resolves to a refused address is refused before anything connects, at once
+    /// rather than after its timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_name_that_resolves_outside_the_allowed_destinations_is_refused_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = Target {
+            name: "kubelet".into(),
+            check: Check::Tcp(Endpoint {
+                host: "localhost".into(),
+                port,
+            }),
+        };
+        let checks = checks_of(vec![target], Duration::from_secs(5));
+        let start = Instant::now();
+        let results = round_of(
+            &checks,
+            &Destinations::default(),
+            start + Duration::from_secs(60),
+        )
+        .await;
+        assert_eq!(Instant::now(), start, "no attempt was retried");
+        let message = results[0].message.as_deref().unwrap_or_default();
+        assert!(
+            !results[0].passed
+                && message.starts_with("refused before connecting: localhost resolves to ")
+                && message.contains("loopback"),
+            "{results:?}"
+        );
+        let accepted = tokio::time::timeout(Duration::from_millis(1), listener.accept()).await;
+        assert!(accepted.is_err(), "nothing connected");
     }
 
     #[test]

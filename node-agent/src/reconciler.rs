@@ -19,6 +19,7 @@ use hoststack_crds::{DriftPolicy, ItemResult, ItemState, Mode, NodeState};
 
 use crate::appliers::{dpdk, irq};
 use crate::confirmation::Checks;
+use crate::destinations::Destinations;
 use crate::drift::{self, Drift};
 use crate::expand::{expand, Discovery, Expansion};
 use crate::failures::{Failures, SpecGeneration};
@@ -51,6 +52,8 @@ pub struct Reconciler {
     failed: Failures,
     /// The API server's address, whose route DPDK binding must not cut.
     api_server: Option<IpAddr>,
+    /// Where the probes of a revision's targets may connect.
+    probe_destinations: Destinations,
     /// Settings of the applied revision that drifted, as the last decision found them.
     drifted: Vec<Drift>,
     /// The last transaction stopped on an error of the agent itself (its journal could not be
@@ -67,6 +70,7 @@ impl Reconciler {
             last: None,
             failed: Failures::default(),
             api_server: None,
+            probe_destinations: Destinations::default(),
             drifted: Vec::new(),
             agent_error: false,
         }
@@ -83,6 +87,13 @@ impl Reconciler {
     /// to it is never bound away.
     pub fn set_api_server(&mut self, address: Option<IpAddr>) {
         self.api_server = address;
+    }
+
+    /// Sets where the probes of a revision's targets may connect (the agent's
+    /// `--probe-allowed-destinations`): a revision with a target outside fails before anything
+    /// changes.
+    pub fn set_probe_destinations(&mut self, destinations: Destinations) {
+        self.probe_destinations = destinations;
     }
 
     /// Reads the host and expands what `intent` asks for: a revision's config into its goal and
@@ -148,7 +159,8 @@ impl Reconciler {
                 config,
                 mode: Mode::Apply,
                 ..
-            } => Checks::of(config.probes.as_ref()).map_err(Error::InvalidProbes),
+            } => Checks::of(config.probes.as_ref(), &self.probe_destinations)
+                .map_err(Error::InvalidProbes),
             _ => Ok(None),
         }
     }
@@ -211,7 +223,7 @@ impl Reconciler {
         let mut observe = self.observer();
         self.transactor.recover(&mut observe)?;
         let expansion = self.expand(intent)?;
-        let blockers = blocking_items(intent, &expansion);
+        let blockers = blocking_items(intent, &expansion, &self.probe_destinations);
         let goal = expansion.goal;
         let prepared = self.transactor.prepare(&goal, &mut observe)?;
         self.drifted = match intent {
@@ -282,7 +294,7 @@ impl Reconciler {
     /// reconciler's memory of the spec's own outcome alone.
     pub fn preview(&self, intent: &Intent) -> Result<Outcome> {
         let expansion = self.expand(intent)?;
-        let blockers = blocking_items(intent, &expansion);
+        let blockers = blocking_items(intent, &expansion, &self.probe_destinations);
         let goal = expansion.goal;
         let prepared = self.transactor.prepare(&goal, &mut self.observer())?;
         let mut outcome = planned(&prepared, &goal, blockers);
@@ -296,7 +308,7 @@ impl Reconciler {
     pub fn transact(&mut self, intent: &Intent, spec: &SpecGeneration) -> Outcome {
         let mut observe = self.observer();
         let result = self.expand(intent).and_then(|expansion| {
-            let blockers = blocking_items(intent, &expansion);
+            let blockers = blocking_items(intent, &expansion, &self.probe_destinations);
             let goal = expansion.goal;
             if blockers.is_empty() {
                 match self.checks(intent)? {
@@ -385,7 +397,11 @@ impl Reconciler {
 
 /// The items of the requests `expansion` refused: Failed, or WouldFail in Plan mode. Any of
 /// them fails the revision before any write.
-fn blocking_items(intent: &Intent, expansion: &Expansion) -> Vec<ItemResult> {
+fn blocking_items(
+    intent: &Intent,
+    expansion: &Expansion,
+    probe_destinations: &Destinations,
+) -> Vec<ItemResult> {
     let state = match intent {
         Intent::Revision {
             mode: Mode::Plan, ..
@@ -395,7 +411,7 @@ fn blocking_items(intent: &Intent, expansion: &Expansion) -> Vec<ItemResult> {
     let mut blockers = expansion.blockers(state);
     // Probes that cannot be carried out: nothing is applied that could not be confirmed.
     if let Intent::Revision { config, .. } = intent {
-        if let Err(message) = Checks::of(config.probes.as_ref()) {
+        if let Err(message) = Checks::of(config.probes.as_ref(), probe_destinations) {
             blockers.push(ItemResult {
                 kind: "probes".into(),
                 target: "probes".into(),
@@ -530,7 +546,7 @@ mod tests {
             Hooks::default(),
         );
         let expanded = r.expand(&intent).expect("expand");
-        assert!(blocking_items(&intent, &expanded).is_empty());
+        assert!(blocking_items(&intent, &expanded, &Destinations::default()).is_empty());
         assert_eq!(
             expanded
                 .goal
@@ -615,7 +631,11 @@ mod tests {
             ..NodeTuningSpec::default()
         });
         let intent = Intent::of(Some(&nt));
-        let items = blocking_items(&intent, &r.expand(&intent).expect("expand"));
+        let items = blocking_items(
+            &intent,
+            &r.expand(&intent).expect("expand"),
+            &Destinations::default(),
+        );
         let kinds: Vec<&str> = items.iter().map(|i| i.kind.as_str()).collect();
         assert_eq!(kinds, ["userspaceStack"]);
         assert!(items.iter().all(|i| i.state == ItemState::Failed));

@@ -6,7 +6,8 @@
 //! so that a change of selection never restarts every agent.
 //!
 //! Everything an installer chooses about the agents' pods (image, extra node selector,
-//! tolerations, resources, priority class, the API server's address, extra agent arguments) comes from the operator's
+//! tolerations, resources, priority class, the API server's address, where the agents' probes
+//! may connect, extra agent arguments) comes from the operator's
 //! flags, [`AgentPod`], which the Helm chart fills from its values.
 
 use std::collections::BTreeMap;
@@ -57,6 +58,11 @@ pub struct AgentPod {
     /// `--agent-api-server-host`.
     #[arg(long = "agent-api-server-port", requires = "api_server_host")]
     pub api_server_port: Option<u16>,
+    /// Where the agents' probes of a tuning's targets may connect: comma-separated CIDR
+    /// prefixes, passed on as the agents' `--probe-allowed-destinations` (loopback and
+    /// link-local stay refused unless a listed prefix lies inside them).
+    #[arg(long = "agent-probe-allowed-destinations", default_value = "0.0.0.0/0,::/0", value_parser = parse_prefixes)]
+    pub probe_allowed_destinations: String,
     /// One more argument for the agent, after the operator's own (repeatable, in order), e.g.
     /// `--agent-extra-arg=--resync-interval=10s`.
     #[arg(long = "agent-extra-arg", allow_hyphen_values = true)]
@@ -66,6 +72,27 @@ pub struct AgentPod {
 /// Parses a flag's JSON value into `T`, naming what is wrong.
 fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid here: {e}"))
+}
+
+/// A comma-separated list of CIDR prefixes (`ADDR/LEN`, or a bare address), each checked,
+/// the first bad one named; the list as given. The agent parses it again, and refuses host bits.
+fn parse_prefixes(text: &str) -> Result<String, String> {
+    for prefix in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (address, len) = prefix.split_once('/').unwrap_or((prefix, "0"));
+        let bits = match address.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(_)) => 32,
+            Ok(std::net::IpAddr::V6(_)) => 128,
+            Err(_) => {
+                return Err(format!(
+                    "{prefix:?} is not an IPv4 or IPv6 prefix (ADDR/LEN)"
+                ))
+            }
+        };
+        if !len.parse::<u8>().is_ok_and(|len| len <= bits) {
+            return Err(format!("{prefix:?}: the prefix length must be 0 to {bits}"));
+        }
+    }
+    Ok(text.to_string())
 }
 
 /// The agent DaemonSet: privileged, host network, host /proc and /sys under /host, its journal
@@ -99,6 +126,10 @@ pub fn agent_daemonset(namespace: &str, pod: &AgentPod) -> DaemonSet {
     ]
     .map(String::from)
     .into();
+    args.push(format!(
+        "--probe-allowed-destinations={}",
+        pod.probe_allowed_destinations
+    ));
     args.extend(pod.extra_args.iter().cloned());
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
@@ -207,8 +238,12 @@ mod tests {
             .unwrap()
             .contains(&"--proc-root=/host/proc".to_string()));
         assert_eq!(
+            c.args.as_ref().unwrap()[4],
+            "--probe-allowed-destinations=0.0.0.0/0,::/0"
+        );
+        assert_eq!(
             c.args.as_ref().unwrap().len(),
-            4,
+            5,
             "no extra arguments by default"
         );
         let env = c.env.as_ref().unwrap();
@@ -270,6 +305,7 @@ mod tests {
                 "--proc-root=/host/proc",
                 "--sys-root=/host/sys",
                 "--state-dir=/var/lib/hoststack",
+                "--probe-allowed-destinations=0.0.0.0/0,::/0",
                 "--resync-interval=10s",
                 "--metrics-bind-address=0.0.0.0:9500",
             ]
@@ -288,6 +324,17 @@ mod tests {
         assert!(e.contains("--agent-api-server-port"), "{e}");
         let e = parse(&["--agent-image-pull-policy=Sometimes"]);
         assert!(e.contains("Sometimes"), "{e}");
+        let e = parse(&["--agent-probe-allowed-destinations=10.0.0.0/8,10.0.0.0/33"]);
+        assert!(
+            e.contains("--agent-probe-allowed-destinations")
+                && e.contains("\"10.0.0.0/33\": the prefix length must be 0 to 32"),
+            "{e}"
+        );
+        let e = parse(&["--agent-probe-allowed-destinations=localhost/8"]);
+        assert!(
+            e.contains("\"localhost/8\" is not an IPv4 or IPv6 prefix"),
+            "{e}"
+        );
     }
 
     #[test]
