@@ -5,7 +5,7 @@
 //! pattern: a spec's author (or the preview-only identity) cannot stall the agent's loop with a
 //! pattern of many stars.
 
-use hoststack_crds::{InterfaceFacts, InterfaceMatch};
+use hoststack_crds::{check_interface_glob, InterfaceFacts, InterfaceMatch};
 
 /// Whether `name` matches a shell-style glob: `*` (any run), `?` (one character), `[abc]`,
 /// `[a-z]`, `[!a]` and `[^a]` (one character of a class, or not of it). A class runs to the first
@@ -139,10 +139,14 @@ fn match_tokens(tokens: &[Token], name: &[char]) -> (bool, usize) {
     (rest.iter().all(|t| *t == Token::Star), steps)
 }
 
-/// Whether an interface matches: every field given matches (an empty match matches nothing).
+/// Whether an interface matches: every field given matches (an empty match matches nothing,
+/// and so does a name glob the API refuses, see [`check_interface_glob`]).
 pub fn matches(m: &InterfaceMatch, iface: &InterfaceFacts) -> bool {
     let any = m.name.is_some() || m.driver.is_some() || m.pci_address.is_some();
-    any && m.name.as_deref().is_none_or(|g| glob(g, &iface.name))
+    any && m
+        .name
+        .as_deref()
+        .is_none_or(|g| check_interface_glob(g).is_ok() && glob(g, &iface.name))
         && m.driver
             .as_deref()
             .is_none_or(|d| iface.driver.as_deref() == Some(d))
@@ -377,6 +381,8 @@ mod tests {
             (m(None, None, Some("0000:AF:00.1")), &["eth1"]),
             (m(Some("lo"), Some("virtio_net"), None), &[]),
             (m(None, None, None), &[]),
+            // A glob the API refuses (5 stars) matches nothing.
+            (m(Some("*e*t*h*0*"), None, None), &[]),
         ];
         for (mat, want) in cases {
             let got: Vec<&str> = select(mat, &ifs).iter().map(|i| i.name.as_str()).collect();
