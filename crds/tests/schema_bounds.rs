@@ -1,10 +1,12 @@
-//! The bounds the generated CRDs put on interface-name globs, read from the schema itself, and
-//! the code's checks that mirror them.
+//! The bounds the generated CRDs put on interface-name globs and on a NetworkTuning's name,
+//! read from the schema itself, and the code's checks that mirror them.
 
 use std::sync::LazyLock;
 
 use hoststack_crds::manifests::crds;
-use hoststack_crds::{check_interface_glob, INTERFACE_GLOB_MAX_BYTES, INTERFACE_GLOB_MAX_STARS};
+use hoststack_crds::{
+    check_interface_glob, INTERFACE_GLOB_MAX_BYTES, INTERFACE_GLOB_MAX_STARS, TUNING_NAME_MAX_CHARS,
+};
 use serde_json::Value;
 
 /// The schema of `file`'s one version.
@@ -77,6 +79,24 @@ fn interface_globs_are_bounded_in_every_crd() {
             "the description states the bounds: {description}"
         );
     }
+}
+
+#[test]
+fn a_tuning_name_is_bounded_as_a_label_value_is() {
+    let nwt = schema("networktunings.yaml");
+    assert_eq!(
+        rules(&nwt),
+        [format!(
+            "self.metadata.name.size() <= {TUNING_NAME_MAX_CHARS}"
+        )]
+    );
+    // The operator puts the name into label values: the bound is the one the API puts on those
+    // (here on the values of a selector's matchLabels).
+    let label_value = at(&nwt, &["spec", "nodeSelector", "matchLabels"]);
+    assert_eq!(
+        label_value["additionalProperties"]["maxLength"],
+        TUNING_NAME_MAX_CHARS
+    );
 }
 
 #[test]
