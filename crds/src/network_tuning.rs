@@ -34,6 +34,27 @@ fn label_key_rule() -> kube::core::Rule {
         .message("must be a valid label key")
 }
 
+/// The longest NetworkTuning name, in characters: the operator puts the name into label values
+/// (the revision history's [`crate::HISTORY_TUNING_LABEL`] and [`crate::HISTORY_FROM_LABEL`]),
+/// which hold at most 63. Every other character of a name (lower-case letters, digits, `-` and
+/// `.`, alphanumeric at both ends) is one a label value may hold.
+pub const TUNING_NAME_MAX_CHARS: usize = 63;
+
+/// The CRD's CEL rule on a NetworkTuning's name.
+fn tuning_name_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "self.metadata.name.size() <= {TUNING_NAME_MAX_CHARS}"
+    ))
+    .message(
+        format!(
+            "metadata.name must be at most {TUNING_NAME_MAX_CHARS} characters: the operator puts \
+             it into label values"
+        )
+        .as_str(),
+    )
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// A desired network configuration for the nodes a selector picks, rolled out canary-first.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -45,6 +66,7 @@ fn label_key_rule() -> kube::core::Rule {
     shortname = "nwt",
     category = "hoststack",
     status = "NetworkTuningStatus",
+    validation = tuning_name_rule(),
     doc = "NetworkTuning: a host network configuration (sysctls, NICs, hugepages, firewall, XDP, DPDK, the user-space TCP stack) for the nodes its selector picks.",
     printcolumn(
         name = "Phase",

@@ -281,16 +281,79 @@ impl NodeConfig {
     }
 }
 
+/// The longest interface-name glob the API accepts, in bytes. An interface name has at most 15
+/// (IFNAMSIZ - 1), but a glob that spells characters as classes is longer
+/// (`enp[0-9][0-9]s0f[01]` is 20): 64 leaves room for such globs, and bounds one match by the
+/// agent at 65 x 16 steps.
+pub const INTERFACE_GLOB_MAX_BYTES: usize = 64;
+
+/// The most `*` an interface-name glob may hold. The agent's matcher takes the same linear time
+/// whatever their number; the bound is for agents older than it, which backtracked in time
+/// growing as the name's length to the power of the stars, and no naming scheme needs more.
+pub const INTERFACE_GLOB_MAX_STARS: usize = 4;
+
+/// Whether the API accepts `glob` as an interface-name glob, else why not: at most
+/// [`INTERFACE_GLOB_MAX_BYTES`] of printable ASCII (no whitespace, no control characters), with
+/// at most [`INTERFACE_GLOB_MAX_STARS`] stars. The same bounds as the CRD's schema, for the agent
+/// to refuse a spec that an older schema let through.
+pub fn check_interface_glob(glob: &str) -> Result<(), String> {
+    if glob.is_empty() || glob.len() > INTERFACE_GLOB_MAX_BYTES {
+        return Err(format!(
+            "is {} bytes long; an interface name glob has 1 to {INTERFACE_GLOB_MAX_BYTES} bytes",
+            glob.len()
+        ));
+    }
+    if let Some(c) = glob.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(format!("holds {c:?}; {INTERFACE_GLOB_CHARACTERS_MESSAGE}"));
+    }
+    let stars = glob.matches('*').count();
+    if stars > INTERFACE_GLOB_MAX_STARS {
+        return Err(format!(
+            "holds {stars} '*'; {}",
+            interface_glob_stars_message()
+        ));
+    }
+    Ok(())
+}
+
+/// What the CRD says of an interface-name glob's characters.
+const INTERFACE_GLOB_CHARACTERS_MESSAGE: &str =
+    "an interface name glob is printable ASCII, without whitespace or control characters";
+
+/// What the CRD says of an interface-name glob's stars.
+fn interface_glob_stars_message() -> String {
+    format!("an interface name glob holds at most {INTERFACE_GLOB_MAX_STARS} '*'")
+}
+
+/// The CRD's CEL rule on an interface-name glob's characters.
+fn interface_glob_characters_rule() -> kube::core::Rule {
+    kube::core::Rule::new("self.matches('^[!-~]*$')")
+        .message(INTERFACE_GLOB_CHARACTERS_MESSAGE)
+        .reason(kube::core::Reason::FieldValueInvalid)
+}
+
+/// The CRD's CEL rule on an interface-name glob's stars.
+fn interface_glob_stars_rule() -> kube::core::Rule {
+    kube::core::Rule::new(format!(
+        "self.matches('^[^*]*([*][^*]*){{0,{INTERFACE_GLOB_MAX_STARS}}}$')"
+    ))
+    .message(interface_glob_stars_message().as_str())
+    .reason(kube::core::Reason::FieldValueInvalid)
+}
+
 /// Which interfaces an entry applies to. Every given field must match; at least one is required.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("has(self.name) || has(self.driver) || has(self.pciAddress)").message("match needs at least one of name, driver or pciAddress"))]
 pub struct InterfaceMatch {
-    /// Interface name or shell-style glob, e.g. `eth1` or `ens*`.
+    /// Interface name or shell-style glob, e.g. `eth1` or `ens*`: `*` (any run of characters),
+    /// `?` (one character), `[abc]`, `[a-z]`, `[!a]` or `[^a]` (one character of a class, or not
+    /// of it). At most 64 bytes of printable ASCII (no whitespace), with at most 4 `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(
-        length(min = 1, max = 15),
-        regex(pattern = r"^[A-Za-z0-9_.:*?\[\]-]+$")
+    #[schemars(length(min = 1, max = INTERFACE_GLOB_MAX_BYTES))]
+    #[x_kube(
+        validation = interface_glob_characters_rule(),
+        validation = interface_glob_stars_rule()
     )]
     pub name: Option<String>,
     /// Kernel driver name as in /sys/class/net/IF/device/driver, e.g. `ixgbe`, `virtio_net`.

@@ -178,10 +178,38 @@ fn apply_relabel_and_delete_restore_every_host() {
 #[test]
 fn the_api_server_rejects_bad_input_naming_the_field() {
     let lab = Lab::start(LabConfig::with_nodes(1).control_plane_only()).expect("lab starts");
-    let base =
-        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: bad\nspec:\n";
+    let document = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata:\n  name: {name}\nspec:\n{spec}"
+        )
+    };
+    let interface = |glob: &str| {
+        format!(
+            "  nodeSelector: {{}}\n  interfaces:\n  - match: {{name: \"{glob}\"}}\n    mtu: 1500\n"
+        )
+    };
     let long = "1".repeat(10 * 1024);
     let cases: Vec<(String, &str, &str)> = vec![
+        (
+            interface(&format!("eth{}", "[0-9]".repeat(13))),
+            "spec.interfaces[0].match.name",
+            "may not be more than 64 bytes",
+        ),
+        (
+            interface("eth\\x01"),
+            "spec.interfaces[0].match.name",
+            "printable ASCII",
+        ),
+        (
+            interface("e th0"),
+            "spec.interfaces[0].match.name",
+            "printable ASCII",
+        ),
+        (
+            interface("*a*b*c*d*"),
+            "spec.interfaces[0].match.name",
+            "at most 4 '*'",
+        ),
         (
             "  nodeSelector: {}\n  sysctls: {kernel.panic: \"1\"}\n".into(),
             "spec.sysctls",
@@ -267,10 +295,21 @@ fn the_api_server_rejects_bad_input_naming_the_field() {
             "every probe must be able to end within the confirmation window",
         ),
     ];
-    for (spec, field, message) in cases {
+    // The operator puts a tuning's name into label values, which hold at most 63 characters.
+    let long_name = "n".repeat(64);
+    let cases = cases
+        .into_iter()
+        .map(|(spec, field, message)| ("bad", spec, field, message))
+        .chain([(
+            long_name.as_str(),
+            "  nodeSelector: {}\n".to_string(),
+            "metadata.name",
+            "at most 63 characters",
+        )]);
+    for (name, spec, field, message) in cases {
         let err = lab
-            .apply_yaml(&format!("{base}{spec}"))
-            .expect_err(&format!("rejected: {spec}"));
+            .apply_yaml(&document(name, &spec))
+            .expect_err(&format!("rejected: {name}: {spec}"));
         assert!(
             err.contains(field),
             "{spec}: the error names {field}: {err}"
@@ -282,6 +321,24 @@ fn the_api_server_rejects_bad_input_naming_the_field() {
     }
     let listed = jsonpath(&lab, &["get", "networktunings"], "{.items}");
     assert_eq!(listed, "[]", "nothing was stored");
+    // At the bounds: a 63-character name; a 64-byte glob of classes, one negated, with 4 stars.
+    let at_bounds = &long_name[..63];
+    let glob = format!("*[!0]*{}**", "[0-9a-z]".repeat(7));
+    assert_eq!(glob.len(), 64);
+    lab.apply_yaml(&document(at_bounds, &interface(&glob)))
+        .expect("a tuning at the bounds is accepted");
+    let stored = jsonpath(
+        &lab,
+        &["get", "networktuning", at_bounds],
+        "{.spec.interfaces[0].match.name}",
+    );
+    assert_eq!(stored, glob);
+    let out = lab.kubectl(&["delete", "networktuning", at_bounds, "--timeout=60s"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let explain = lab.kubectl(&["explain", "networktuning.spec.sysctls"]);
     let explain = String::from_utf8_lossy(&explain.stdout);
     assert!(explain.contains("Kernel parameters to set"), "{explain}");

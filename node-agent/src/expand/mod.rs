@@ -11,7 +11,7 @@ pub mod discovery;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hoststack_crds::{ItemResult, ItemState, NodeConfig};
+use hoststack_crds::{check_interface_glob, ItemResult, ItemState, NodeConfig};
 
 use crate::appliers::{applier, dpdk, firewall, hugepages, irq, matching, nic, rps, xdp};
 use crate::cpus::parse_list;
@@ -69,6 +69,15 @@ pub fn expand(revision: Applied, config: &NodeConfig, d: &Discovery) -> Expansio
     for (i, entry) in config.interfaces.iter().enumerate() {
         let field = format!("interfaces[{i}]");
         let m = &entry.match_;
+        // A glob an older schema let through is refused, and never matched.
+        if let Some(Err(problem)) = m.name.as_deref().map(check_interface_glob) {
+            wants.refuse(
+                "interfaces",
+                &field,
+                format!("{field}.match.name: {problem}"),
+            );
+            continue;
+        }
         let mut matched = matching::select(m, &interfaces);
         if m.name.is_none() && m.driver.is_none() {
             matched.extend(matching::select(m, &d.unattached));
@@ -386,6 +395,41 @@ mod tests {
             3,
             "eth0 rx-0, eth1 rx-0 and rx-1 only"
         );
+    }
+
+    #[test]
+    fn a_glob_the_api_refuses_fails_the_revision_naming_the_field() {
+        let mut c = NodeConfig::default();
+        for glob in [
+            format!("eth{}", "[0-9]".repeat(13)),
+            "eth\u{1}".to_string(),
+            "e th0".to_string(),
+            "*e*t*h*0*".to_string(),
+        ] {
+            let mut e = entry(&glob);
+            e.mtu = Some(9000);
+            c.interfaces.push(e);
+        }
+        let mut fine = entry("eth[!0]");
+        fine.mtu = Some(1500);
+        c.interfaces.push(fine);
+        let x = expand(revision(), &c, &discovery());
+        let messages: Vec<&str> = x.refused.iter().map(|r| r.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "interfaces[0].match.name: is 68 bytes long; an interface name glob has 1 to 64 \
+                 bytes",
+                "interfaces[1].match.name: holds '\\u{1}'; an interface name glob is printable \
+                 ASCII, without whitespace or control characters",
+                "interfaces[2].match.name: holds ' '; an interface name glob is printable ASCII, \
+                 without whitespace or control characters",
+                "interfaces[3].match.name: holds 5 '*'; an interface name glob holds at most 4 '*'",
+            ]
+        );
+        // The refused entries select nothing; the others are planned as ever (and the revision
+        // fails on the refusals before any write).
+        assert_eq!(keys(&x), ["mtu eth1=1500"]);
     }
 
     fn entry(name: &str) -> InterfaceTuning {
