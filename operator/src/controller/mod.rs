@@ -99,7 +99,8 @@ pub async fn run(
         watcher(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
             watcher::Config::default(),
-        ),
+        )
+        .modify(forget_managed_fields),
     )
     .default_backoff()
     .touched_objects()
@@ -113,7 +114,8 @@ pub async fn run(
         watcher(
             Api::<NodeTuning>::all(client.clone()),
             watcher::Config::default(),
-        ),
+        )
+        .modify(forget_managed_fields),
     )
     .default_backoff()
     .touched_objects()
@@ -128,7 +130,8 @@ pub async fn run(
         watcher(
             Api::<Lease>::namespaced(client.clone(), namespace),
             watcher::Config::default(),
-        ),
+        )
+        .modify(forget_managed_fields),
     )
     .default_backoff()
     .touched_objects()
@@ -190,6 +193,14 @@ pub async fn run(
         })
         .await;
     Ok(())
+}
+
+/// Drops an object's managedFields before a cache keeps it: nothing the operator decides reads
+/// them, and on a Node or a NodeTuning they are often the largest part of its metadata. The
+/// caches that grow with the cluster (Nodes, NodeTunings, heartbeat Leases) hold every object
+/// without them.
+fn forget_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 /// What of a tuning selection depends on: its spec (by generation) and whether it is being
