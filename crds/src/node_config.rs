@@ -239,6 +239,27 @@ pub struct HttpProbe {
     pub expect_status: Option<u16>,
 }
 
+/// A config that does not hash to the revision it came with ([`NodeConfig::verify_revision`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevisionMismatch {
+    /// The revision the config came with.
+    pub claimed: String,
+    /// The revision the config hashes to.
+    pub actual: String,
+}
+
+impl std::fmt::Display for RevisionMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the config hashes to revision {}, not to {}, the revision it came with: it was changed after its revision was computed (or written by a hoststack version whose config has fields this one does not know)",
+            self.actual, self.claimed
+        )
+    }
+}
+
+impl std::error::Error for RevisionMismatch {}
+
 /// What the agent does about drift.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum DriftPolicy {
@@ -256,6 +277,22 @@ impl NodeConfig {
         let canonical = serde_json::to_vec(self).expect("a NodeConfig always serializes");
         let digest = Sha256::digest(&canonical);
         digest.iter().take(5).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Checks that this config is the content of `revision`, that is, hashes to it: where a
+    /// config enters under a revision it did not come with (a NodeTuning's spec, a recorded
+    /// revision), someone changed it after the revision was computed, and it is not to be
+    /// trusted as that revision.
+    pub fn verify_revision(&self, revision: &str) -> Result<(), RevisionMismatch> {
+        let actual = self.revision();
+        if actual == revision {
+            Ok(())
+        } else {
+            Err(RevisionMismatch {
+                claimed: revision.to_string(),
+                actual,
+            })
+        }
     }
 
     /// Names of the sections other than sysctls that this config uses, in the agent's apply
@@ -781,5 +818,28 @@ mod tests {
         b.sysctls
             .insert("net.ipv4.tcp_sack".into(), SysctlValue("0".into()));
         assert_ne!(a.revision(), b.revision());
+    }
+
+    #[test]
+    fn a_config_verifies_only_against_the_revision_it_hashes_to() {
+        let mut config = NodeConfig::default();
+        config
+            .sysctls
+            .insert("net.ipv4.tcp_sack".into(), SysctlValue("1".into()));
+        let revision = config.revision();
+        assert_eq!(config.verify_revision(&revision), Ok(()));
+        config
+            .sysctls
+            .insert("net.ipv4.tcp_sack".into(), SysctlValue("0".into()));
+        let mismatch = config.verify_revision(&revision).unwrap_err();
+        assert_eq!(
+            (mismatch.claimed.as_str(), mismatch.actual.as_str()),
+            (revision.as_str(), config.revision().as_str())
+        );
+        let message = mismatch.to_string();
+        assert!(
+            message.contains(&revision) && message.contains(&config.revision()),
+            "{message}"
+        );
     }
 }

@@ -222,6 +222,11 @@ impl Reconciler {
         self.failed.observe(intent, spec);
         let mut observe = self.observer();
         self.transactor.recover(&mut observe)?;
+        if let Intent::Refused { reason, .. } = intent {
+            let outcome = self.refusal(reason)?;
+            self.last = Some((intent.clone(), outcome.clone()));
+            return Ok(Next::Report(outcome));
+        }
         let expansion = self.expand(intent)?;
         let blockers = blocking_items(intent, &expansion, &self.probe_destinations);
         let goal = expansion.goal;
@@ -282,10 +287,24 @@ impl Reconciler {
                 self.reuse(intent, NodeState::Reverted, &prepared.readings)
                     .unwrap_or_else(|| prepared.settled(&goal))
             }
+            // Answered before anything was read.
+            Intent::Refused { reason, .. } => self.refusal(reason)?,
         };
         self.annotate(&mut outcome);
         self.last = Some((intent.clone(), outcome.clone()));
         Ok(Next::Report(outcome))
+    }
+
+    /// The report of a refused revision ([`Intent::Refused`]): Failed with `reason`, nothing
+    /// of it applied, the host on the revision it runs.
+    fn refusal(&self, reason: &str) -> Result<Outcome> {
+        Ok(Outcome {
+            state: NodeState::Failed,
+            items: Vec::new(),
+            message: Some(reason.to_string()),
+            applied: self.transactor.journal()?.applied,
+            self_revert: None,
+        })
     }
 
     /// Plan mode for a config other than the spec's (`spec.preview`): what a transaction to
@@ -306,6 +325,11 @@ impl Reconciler {
     /// remembered and not retried until assigned again; an error of the agent itself (journal
     /// I/O) is retried on the next reconcile.
     pub fn transact(&mut self, intent: &Intent, spec: &SpecGeneration) -> Outcome {
+        if let Intent::Refused { reason, .. } = intent {
+            return self
+                .refusal(reason)
+                .unwrap_or_else(|e| self.error_outcome(&e));
+        }
         let mut observe = self.observer();
         let result = self.expand(intent).and_then(|expansion| {
             let blockers = blocking_items(intent, &expansion, &self.probe_destinations);
@@ -643,6 +667,61 @@ mod tests {
             items[0].message.as_deref(),
             Some("userspaceStack.cores: no core given; the stack needs at least one")
         );
+    }
+
+    /// A spec whose config was changed after the operator computed its revision (issue 39):
+    /// the config does not hash to `spec.revision`. Nothing of it is applied, the host stays
+    /// as it is, and the node reports the revision Failed, naming both hashes.
+    #[test]
+    fn a_config_that_does_not_hash_to_its_revision_is_refused_and_the_host_untouched() {
+        let proc_root = tempfile::tempdir().expect("tempdir");
+        let state = tempfile::tempdir().expect("tempdir");
+        let sack = proc_root.path().join("sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let mut r = Reconciler::new(
+            Transactor::new(
+                crate::host::Host::new(proc_root.path(), proc_root.path()),
+                crate::journal::JournalStore::new(state.path()),
+            ),
+            Hooks::default(),
+        );
+        let claimed = {
+            let mut c = config();
+            c.sysctls
+                .insert("net.ipv4.tcp_sack".into(), SysctlValue("1".into()));
+            c.revision()
+        };
+        let nt = object(NodeTuningSpec {
+            tuning: Some("edge".into()),
+            revision: Some(claimed.clone()),
+            config: Some(config()),
+            ..NodeTuningSpec::default()
+        });
+        let intent = Intent::of(Some(&nt));
+        assert_eq!(intent.revision(), Some(claimed.as_str()));
+        let spec = SpecGeneration {
+            uid: Some("u".into()),
+            generation: 1,
+        };
+        let outcome = match r.next(&intent, &spec).expect("decides") {
+            Next::Report(outcome) => outcome,
+            Next::Transaction { .. } => panic!(
+                "a config that hashes to {} was accepted as revision {claimed}: the agent set out to apply it",
+                config().revision()
+            ),
+        };
+        assert_eq!(outcome.state, NodeState::Failed, "{outcome:?}");
+        let message = outcome.message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("spec.config:")
+                && message.contains(&claimed)
+                && message.contains(&config().revision()),
+            "{message}"
+        );
+        assert_eq!(outcome.applied, None, "the host is on no revision");
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n");
+        assert_eq!(std::fs::read_dir(state.path()).unwrap().count(), 0);
     }
 
     /// A reconcile as the watch loop runs it: decides, then transacts when told to; whether a

@@ -48,6 +48,7 @@ fn pool(n: usize, updated: usize) -> Vec<NodeView> {
                 Report::Pending
             },
             holding: Holding::Own(if i < updated { "r2" } else { "r1" }.into()),
+            settled: true,
         })
         .collect()
 }
@@ -77,7 +78,7 @@ fn planning_step(c: &mut Criterion) {
         let (strategy, progress, nodes) = mid_rollout(n);
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-            b.iter(|| plan(&strategy, &progress, &nodes, &Verdict::Pass, 10))
+            b.iter(|| plan(&strategy, &progress, &nodes, 0, &Verdict::Pass, 10))
         });
     }
     group.finish();
@@ -88,7 +89,7 @@ fn planning_step(c: &mut Criterion) {
             (strategy(n), Progress::start("r2", Some("r1")), pool(n, 0));
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-            b.iter(|| plan(&strategy, &progress, &nodes, &Verdict::Pending, 0))
+            b.iter(|| plan(&strategy, &progress, &nodes, 0, &Verdict::Pending, 0))
         });
     }
     group.finish();

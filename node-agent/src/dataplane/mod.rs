@@ -47,6 +47,8 @@ pub enum StackAction {
 pub fn before_transaction(intent: &Intent) -> StackAction {
     match intent {
         Intent::Absent | Intent::Withdrawn => StackAction::Stop,
+        // Nothing of a refused revision is applied: the stack stays as the host has it.
+        Intent::Refused { .. } => StackAction::Keep,
         Intent::Revision { config, mode, .. } => {
             if *mode == Mode::Apply && config.userspace_stack.is_none() {
                 StackAction::Stop

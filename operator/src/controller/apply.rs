@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hoststack_crds::{
-    AnalysisStatus, NetworkTuning, NetworkTuningStatus, NodeConfig, NodeTuningSpec, Phase,
-    ABORT_ANNOTATION, CANARY_LABEL, PROMOTE_ANNOTATION,
+    AnalysisStatus, NetworkTuning, NetworkTuningStatus, NodeConfig, NodeTuning, NodeTuningSpec,
+    Phase, ABORT_ANNOTATION, CANARY_LABEL, PROMOTE_ANNOTATION,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::EventType;
@@ -118,10 +118,11 @@ impl<'a> Apply<'a> {
             .filter_map(|n| {
                 let spec = &self.snap.node_tunings.get(n)?.spec;
                 let from = spec.tuning.as_ref().filter(|t| **t != self.name)?;
+                let (revision, config) = trusted_content(spec)?;
                 Some(Borrowed {
-                    revision: spec.revision.clone()?,
+                    revision: revision.to_string(),
                     tuning: from.clone(),
-                    config: spec.config.clone()?,
+                    config: config.clone(),
                 })
             })
             .collect();
@@ -190,6 +191,7 @@ impl<'a> Apply<'a> {
                 &self.resolved.strategy,
                 restored,
                 &views,
+                self.in_flight_elsewhere(),
                 &verdict,
                 snap.now_secs(),
             )
@@ -224,8 +226,9 @@ impl<'a> Apply<'a> {
             history.get(r).map(|e| e.config.clone()).or_else(|| {
                 snap.node_tunings
                     .values()
-                    .find(|nt| nt.spec.revision.as_deref() == Some(r))
-                    .and_then(|nt| nt.spec.config.clone())
+                    .filter_map(|nt| trusted_content(&nt.spec))
+                    .find(|(revision, _)| *revision == r)
+                    .map(|(_, config)| config.clone())
             })
         };
         for (node, plan) in &plans {
@@ -297,6 +300,22 @@ impl<'a> Apply<'a> {
         }
     }
 
+    /// The nodes the tuning does not govern that are in flight onto one of its revisions
+    /// (another tuning took them before their agents answered).
+    fn in_flight_elsewhere(&self) -> usize {
+        let governed: std::collections::HashSet<&str> =
+            self.mine.governed.iter().map(String::as_str).collect();
+        self.snap
+            .node_tunings
+            .iter()
+            .filter(|(node, nt)| {
+                nt.spec.tuning.as_deref() == Some(self.name.as_str())
+                    && !governed.contains(node.as_str())
+                    && !settled(nt)
+            })
+            .count()
+    }
+
     /// The governed nodes as the planner sees them.
     fn views(&self) -> Vec<NodeView> {
         let snap = self.snap;
@@ -326,8 +345,32 @@ impl<'a> Apply<'a> {
                     .node_tunings
                     .get(node)
                     .map_or(Holding::Nothing, |nt| holding(&self.name, &nt.spec)),
+                settled: snap.node_tunings.get(node).is_none_or(|nt| settled(nt)),
             })
             .collect()
+    }
+}
+
+/// Whether `nt`'s agent has answered for the revision its spec holds (applied and confirmed
+/// it, or failed it); a spec that holds no revision asks for nothing to count.
+fn settled(nt: &NodeTuning) -> bool {
+    nt.spec
+        .revision
+        .as_deref()
+        .is_none_or(|r| node_applied(Some(nt), r) || node_failure(Some(nt), r).is_some())
+}
+
+/// A node spec's revision and config, when the config hashes to the revision: one edited
+/// under an unchanged revision is not that revision's content, and is never copied into the
+/// history nor written to another node.
+fn trusted_content(spec: &NodeTuningSpec) -> Option<(&str, &NodeConfig)> {
+    let (revision, config) = (spec.revision.as_deref()?, spec.config.as_ref()?);
+    match config.verify_revision(revision) {
+        Ok(()) => Some((revision, config)),
+        Err(mismatch) => {
+            tracing::warn!(%mismatch, "a node's spec holds a config edited under its revision: not used");
+            None
+        }
     }
 }
 
@@ -1136,6 +1179,41 @@ mod tests {
         let status = d.status.expect("a status");
         assert_eq!(status.stable_revision.as_deref(), Some(r1.as_str()));
         assert_eq!(status.waves[0].result, "RolledBack");
+    }
+
+    /// Issue 39: a node's spec whose config was edited under an unchanged revision is not
+    /// content of that revision: a takeover records no copy of it (a rollback would push the
+    /// edited config as the other tuning's revision).
+    #[test]
+    fn a_node_spec_whose_config_does_not_hash_to_its_revision_is_never_copied_nor_used() {
+        let sack = tuning("edge-sack", "edge", "1");
+        let rs = sack.spec.config.revision();
+        let mut newbie = tuning("newbie", "edge", "0");
+        newbie.spec.priority = 900;
+        // b's spec says edge-sack's revision, but its config was edited to sack 2.
+        let edited = spec_on("edge-sack", Some((&rs, "2")), RolloutPhase::Stable);
+        let world = World {
+            tunings: vec![newbie.clone(), sack.clone()],
+            nodes: vec![node("b", "edge", true, false)],
+            node_tunings: vec![node_tuning(
+                "b",
+                edited,
+                Some((NodeState::Applied, "edge-sack", &rs)),
+            )],
+            heartbeats: vec![heartbeat("b")],
+        };
+        let snap = snapshot(world);
+        let step = prepare(&newbie, &snap).unwrap_or_else(|_| panic!("a valid rollout"));
+        let borrowed: Vec<String> = step
+            .borrowed()
+            .into_iter()
+            .map(|b| format!("{} of {}", b.revision, b.tuning))
+            .collect();
+        assert!(
+            borrowed.is_empty(),
+            "a config that hashes to {} copied as {borrowed:?}",
+            config("2").revision()
+        );
     }
 
     #[test]

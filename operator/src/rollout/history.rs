@@ -9,6 +9,11 @@
 //! them, so that a rollback returns them to it even once the other tuning is gone; a copy goes
 //! as soon as no node runs it or may return to it.
 //!
+//! A recorded revision is read only when its config hashes to its revision
+//! ([`NodeConfig::verify_revision`]): one edited after it was recorded is logged, not read (a
+//! rollback to it finds no config and moves no node), and replaced when the tuning records
+//! that revision again.
+//!
 //! A history belongs to one tuning object, not to its name: revisions owned by an earlier
 //! object of the same name (deleted, and not yet collected) are not read, and one in the way of
 //! a new revision is replaced. [`forget`] deletes a deleted tuning's history itself, so it goes
@@ -17,13 +22,14 @@
 use std::collections::BTreeMap;
 
 use hoststack_crds::{
-    NetworkTuning, NodeConfig, HISTORY_FROM_LABEL, HISTORY_REVISION_LABEL, HISTORY_TUNING_LABEL,
+    NetworkTuning, NodeConfig, RevisionMismatch, HISTORY_FROM_LABEL, HISTORY_REVISION_LABEL,
+    HISTORY_TUNING_LABEL,
 };
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Client, Resource, ResourceExt};
-use tracing::info;
+use tracing::{error, info};
 
 use crate::Result;
 
@@ -104,21 +110,10 @@ pub async fn sync(
         .items
         .into_iter()
         .partition(|cr| owned_by(cr, uid.as_deref()));
-    let mut history: History = mine
-        .into_iter()
-        .filter_map(|cr| {
-            let revision = cr.labels().get(HISTORY_REVISION_LABEL)?.clone();
-            let from = cr.labels().get(HISTORY_FROM_LABEL).cloned();
-            let config = serde_json::from_value(cr.data.0).ok()?;
-            let entry = Entry {
-                name: cr.metadata.name?,
-                sequence: cr.revision.unwrap_or(0),
-                config,
-                from,
-            };
-            Some((revision, entry))
-        })
-        .collect();
+    let (mut history, edited) = recorded(mine);
+    for (object, mismatch) in &edited {
+        error!(tuning = %name, object, %mismatch, "a recorded revision's config was edited: not read");
+    }
     let own = (revision, &tuning.spec.config, None);
     let copies = borrowed
         .iter()
@@ -134,10 +129,11 @@ pub async fn sync(
             config: config.clone(),
             from: from.cloned(),
         };
-        if earlier
+        let in_the_way = earlier
             .iter()
             .any(|cr| cr.metadata.name.as_deref() == Some(entry.name.as_str()))
-        {
+            || edited.iter().any(|(object, _)| *object == entry.name);
+        if in_the_way {
             info!(tuning = %name, revision, "replacing an earlier tuning's revision");
             delete(&api, &entry.name).await?;
         }
@@ -157,6 +153,40 @@ pub async fn sync(
         history.retain(|_, e| e.name != object);
     }
     Ok(history)
+}
+
+/// The tuning's history as its ControllerRevisions `mine` record it, and the objects whose
+/// config does not hash to their revision (edited since they were recorded), which it leaves
+/// out.
+fn recorded(mine: Vec<ControllerRevision>) -> (History, Vec<(String, RevisionMismatch)>) {
+    let mut history = History::new();
+    let mut edited = Vec::new();
+    for cr in mine {
+        let (Some(revision), Some(name)) = (
+            cr.labels().get(HISTORY_REVISION_LABEL).cloned(),
+            cr.metadata.name.clone(),
+        ) else {
+            continue;
+        };
+        let Ok(config) = serde_json::from_value::<NodeConfig>(cr.data.0) else {
+            continue;
+        };
+        if let Err(mismatch) = config.verify_revision(&revision) {
+            edited.push((name, mismatch));
+            continue;
+        }
+        let entry = Entry {
+            name,
+            sequence: cr.revision.unwrap_or(0),
+            config,
+            from: cr
+                .metadata
+                .labels
+                .and_then(|mut l| l.remove(HISTORY_FROM_LABEL)),
+        };
+        history.insert(revision, entry);
+    }
+    (history, edited)
 }
 
 /// Creates the ControllerRevision of `entry`, owned by `tuning`; one another reconcile created
@@ -257,6 +287,61 @@ mod tests {
         let small: History = history.into_iter().take(3).collect();
         assert!(to_prune(&small, &[]).is_empty());
         assert_eq!(object_name("edge", "abc"), "edge-abc");
+    }
+
+    /// A recorded revision as [`record`] writes it: `config` under the revision `revision`.
+    fn controller_revision(revision: &str, config: &NodeConfig) -> ControllerRevision {
+        ControllerRevision {
+            metadata: ObjectMeta {
+                name: Some(object_name("edge", revision)),
+                labels: Some(BTreeMap::from([
+                    (HISTORY_TUNING_LABEL.to_string(), "edge".to_string()),
+                    (HISTORY_REVISION_LABEL.to_string(), revision.to_string()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            data: RawExtension(serde_json::to_value(config).expect("serializes")),
+            revision: Some(1),
+        }
+    }
+
+    /// Issue 39: a recorded revision whose config was edited (its name and label unchanged)
+    /// is not read as that revision: a rollback must never push what nobody rolled out.
+    #[test]
+    fn a_recorded_revision_whose_config_does_not_hash_to_it_is_not_read() {
+        let mut good = NodeConfig::default();
+        good.sysctls.insert(
+            "net.ipv4.tcp_sack".into(),
+            hoststack_crds::SysctlValue("1".into()),
+        );
+        let mut edited_config = good.clone();
+        edited_config.sysctls.insert(
+            "net.ipv4.tcp_sack".into(),
+            hoststack_crds::SysctlValue("0".into()),
+        );
+        // The revision that was rolled out before someone edited its recorded config.
+        let mut rolled_out = good.clone();
+        rolled_out.sysctls.insert(
+            "net.core.somaxconn".into(),
+            hoststack_crds::SysctlValue("4096".into()),
+        );
+        let (kept, tampered) = (good.revision(), rolled_out.revision());
+        let (history, edited) = recorded(vec![
+            controller_revision(&kept, &good),
+            controller_revision(&tampered, &edited_config),
+        ]);
+        assert_eq!(
+            history.keys().collect::<Vec<_>>(),
+            [&kept],
+            "{tampered} holds a config that hashes to {}",
+            edited_config.revision()
+        );
+        let message = edited[0].1.to_string();
+        assert_eq!(edited[0].0, object_name("edge", &tampered));
+        assert!(
+            message.contains(&tampered) && message.contains(&edited_config.revision()),
+            "{message}"
+        );
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub struct NodeView {
     pub report: Report,
     /// What its NodeTuning spec holds now.
     pub holding: Holding,
+    /// Its agent has answered for what the spec holds (applied it, failed it), or the spec
+    /// holds no revision. A node that has not is in flight, whichever rollout (or revision of
+    /// this one) put it there, and counts against `maxUnavailable` until it answers.
+    pub settled: bool,
 }
 
 /// What a node runs, as one tuning's rollout sees it.
@@ -250,15 +254,20 @@ pub struct Decision {
     pub requeue_after: Option<u64>,
 }
 
-/// One planning step.
+/// One planning step. `nodes` are the nodes the tuning governs; `elsewhere` counts the nodes
+/// it does not govern (any more) that are in flight onto one of its revisions: another tuning
+/// took them before their agents answered, and they count against `maxUnavailable` as much
+/// as the governed ones, for they may come back.
 pub fn plan(
     strategy: &Strategy,
     previous: &Progress,
     nodes: &[NodeView],
+    elsewhere: usize,
     verdict: &Verdict,
     now: u64,
 ) -> Decision {
     let mut progress = previous.clone();
+    forget_leavers(&mut progress, nodes);
     let mut requeue_after = None;
 
     // A complete rollout handed nodes that run something else goes again for them.
@@ -273,6 +282,7 @@ pub fn plan(
             strategy,
             &mut progress,
             nodes,
+            elsewhere,
             verdict,
             now,
             &mut requeue_after,
@@ -289,10 +299,48 @@ pub fn plan(
 /// The rollout held where it is: no step, each node on what `previous` gives it. For when
 /// nothing can be judged (no agent has reported yet).
 pub fn hold(previous: &Progress, nodes: &[NodeView]) -> Decision {
+    let mut progress = previous.clone();
+    forget_leavers(&mut progress, nodes);
     Decision {
-        targets: targets(previous, nodes),
-        progress: previous.clone(),
+        targets: targets(&progress, nodes),
+        progress,
         requeue_after: None,
+    }
+}
+
+/// Takes out of their waves the nodes that left the rollout since a wave took them: their
+/// spec holds neither the revision nor where the wave took them from, or, once the wave
+/// applied (a rollout rolled back aside), any revision but the rollout's. Another tuning took
+/// such a node and handed it back: it comes back as a new node
+/// (docs/rollouts.md, "Nodes that come and go"), which keeps what it runs until a wave takes
+/// it (one that runs nothing gets the stable revision), never the revision at once. Nodes
+/// the rollout does not see (governed by another tuning) stay in their waves.
+fn forget_leavers(progress: &mut Progress, nodes: &[NodeView]) {
+    let held: HashMap<&str, &Holding> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), &n.holding))
+        .collect();
+    let own = Holding::Own(progress.revision.clone());
+    let stable = Holding::stable(progress.stable.as_deref());
+    let rolled_back = matches!(progress.state, State::RolledBack(_));
+    let complete = progress.state == State::Complete;
+    for wave in &mut progress.waves {
+        let settled = !rolled_back && (complete || wave.applied_at.is_some());
+        let Wave { nodes, from, .. } = wave;
+        nodes.retain(|n| {
+            let Some(&holding) = held.get(n.as_str()) else {
+                return true;
+            };
+            let origin = from.get(n).unwrap_or(&stable);
+            // A spec that holds nothing is not taken for a departure: the operator's own
+            // write may not have landed yet.
+            let left =
+                *holding != own && *holding != Holding::Nothing && (settled || holding != origin);
+            if left {
+                from.remove(n);
+            }
+            !left
+        });
     }
 }
 
@@ -366,6 +414,7 @@ fn step(
     strategy: &Strategy,
     progress: &mut Progress,
     nodes: &[NodeView],
+    elsewhere: usize,
     verdict: &Verdict,
     now: u64,
     requeue_after: &mut Option<u64>,
@@ -450,11 +499,19 @@ fn step(
         progress.stable = Some(progress.revision.clone());
         return;
     }
+    // Nodes still in flight (a wave of an earlier revision whose agents have not answered)
+    // take their share of maxUnavailable: the next wave gets the room left, or waits.
+    let unsettled = nodes.iter().filter(|n| !n.settled).count() + elsewhere;
+    let room = strategy.max_unavailable.saturating_sub(unsettled);
     let size = if progress.waves.is_empty() {
-        strategy.canary.min(strategy.max_unavailable)
+        strategy.canary.min(room)
     } else {
-        strategy.max_unavailable
+        room
     };
+    if size == 0 {
+        progress.state = State::Progressing;
+        return;
+    }
     let picked = first_by_canary_then_name(candidates, size);
     let stable = Holding::stable(progress.stable.as_deref());
     progress.waves.push(Wave {
@@ -490,9 +547,11 @@ fn first_by_canary_then_name(candidates: Vec<&NodeView>, size: usize) -> Vec<&No
 }
 
 #[cfg(test)]
+mod histories;
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::{any, prop_assert, prop_assert_eq, proptest};
 
     fn strategy() -> Strategy {
         Strategy {
@@ -514,6 +573,7 @@ mod tests {
             available: true,
             report,
             holding: Holding::Own("r1".into()),
+            settled: true,
         }
     }
 
@@ -572,6 +632,7 @@ mod tests {
             &strategy(),
             &Progress::start("r2", Some("r1")),
             &nodes,
+            0,
             &Verdict::Pending,
             0,
         );
@@ -591,23 +652,28 @@ mod tests {
             &s,
             &Progress::start("r2", Some("r1")),
             &nodes,
+            0,
             &Verdict::Pending,
             0,
         );
         assert_eq!(d.progress.waves.len(), 1);
-        // Applied at t=10: the pause runs until t=40.
+        // The operator wrote r2 to the canary's spec; applied at t=10: the pause runs until
+        // t=40.
+        nodes[0].holding = Holding::Own("r2".into());
         nodes[0].report = Report::Applied;
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 10);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pass, 10);
         assert_eq!((d.progress.waves.len(), d.requeue_after), (1, Some(30)));
         // Pause over, not judged yet.
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pending, 40);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pending, 40);
         assert_eq!(d.progress.waves.len(), 1);
         // Judged good: the next wave takes up to maxUnavailable nodes.
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 41);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pass, 41);
         assert_eq!(on(&d, Some("r2")), vec!["a", "b", "c"]);
-        nodes[1].report = Report::Applied;
-        nodes[2].report = Report::Applied;
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 42);
+        for n in &mut nodes[1..] {
+            n.holding = Holding::Own("r2".into());
+            n.report = Report::Applied;
+        }
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pass, 42);
         assert_eq!(d.progress.state, State::Complete);
     }
 
@@ -619,15 +685,16 @@ mod tests {
             &s,
             &Progress::start("r2", Some("r1")),
             &nodes,
+            0,
             &Verdict::Pending,
             0,
         );
         nodes[0].report = Report::Failed("EINVAL".into());
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pending, 5);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pending, 5);
         assert!(matches!(d.progress.state, State::RolledBack(ref r) if r.contains("a failed")));
         assert_eq!(on(&d, Some("r1")), vec!["a", "b"]);
         // It stays rolled back: only a new revision tries again.
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 100);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pass, 100);
         assert_eq!(on(&d, Some("r2")), Vec::<String>::new());
     }
 
@@ -642,11 +709,12 @@ mod tests {
             &s,
             &Progress::start("r2", Some("r1")),
             &nodes,
+            0,
             &Verdict::Pending,
             0,
         );
         nodes[0].report = Report::Failed("EINVAL".into());
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pass, 5);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pass, 5);
         assert!(matches!(d.progress.state, State::Halted(_)));
         assert_eq!(on(&d, Some("r2")), vec!["a"]);
     }
@@ -662,6 +730,7 @@ mod tests {
             &s,
             &Progress::start("r2", Some("r1")),
             &nodes,
+            0,
             &Verdict::Pending,
             0,
         );
@@ -669,6 +738,7 @@ mod tests {
             &s,
             &started.progress,
             &nodes,
+            0,
             &Verdict::Inconclusive("no samples".into()),
             1,
         );
@@ -678,6 +748,7 @@ mod tests {
             &s,
             &started.progress,
             &nodes,
+            0,
             &Verdict::Fail("retransmits 3x baseline".into()),
             1,
         );
@@ -699,13 +770,14 @@ mod tests {
             &s,
             &Progress::start("r2", Some("r1")),
             &nodes,
+            0,
             &Verdict::Pending,
             0,
         );
         assert!(matches!(d.progress.state, State::Paused(_)));
         assert_eq!(on(&d, Some("r1")), vec!["a", "b"]);
         let s = Strategy { paused: false, ..s };
-        let d = plan(&s, &d.progress, &nodes, &Verdict::Pending, 1);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pending, 1);
         assert_eq!(
             on(&d, Some("r2")),
             vec!["b"],
@@ -742,7 +814,7 @@ mod tests {
                 ..node("e", Report::Pending)
             },
         ];
-        let d = plan(&s, &done, &nodes, &Verdict::Pending, 0);
+        let d = plan(&s, &done, &nodes, 0, &Verdict::Pending, 0);
         assert_eq!(d.progress.state, State::Progressing);
         assert_eq!(d.progress.first_wave, 2, "numbered after the first round");
         assert_eq!(
@@ -757,105 +829,66 @@ mod tests {
         // Nothing else to hand over: it stays complete.
         let settled = [nodes[0].clone()];
         assert_eq!(
-            plan(&s, &done, &settled, &Verdict::Pending, 0).progress,
+            plan(&s, &done, &settled, 0, &Verdict::Pending, 0).progress,
             done
         );
     }
 
-    /// What node `i` of a property run holds before the rollout: the stable revision, an
-    /// earlier one of the tuning, another tuning's revision, or nothing.
-    fn before(i: usize) -> Holding {
-        match i % 4 {
-            0 => Holding::Own("good".into()),
-            1 => Holding::Other {
-                tuning: "core".into(),
-                revision: "c1".into(),
+    /// Issue 39's case: B governs n1..n3 and is complete; C, of higher priority, took n2 and n3
+    /// and put its revision there; C is deleted and hands them back to B. They come back as
+    /// new nodes to roll onto: a canary first, the other only after a verdict that passed.
+    #[test]
+    fn nodes_returning_to_a_complete_rollout_go_canary_first_and_wait_for_a_verdict() {
+        let s = strategy();
+        let mut done = Progress::start("rb", Some("rb"));
+        done.waves = vec![
+            Wave::of(vec!["n1".into()]),
+            Wave::of(vec!["n2".into(), "n3".into()]),
+        ];
+        done.state = State::Complete;
+        let c = Holding::Other {
+            tuning: "c".into(),
+            revision: "rc".into(),
+        };
+        let b = Holding::Own("rb".into());
+        let mut nodes = [
+            NodeView {
+                holding: b.clone(),
+                ..node("n1", Report::Applied)
             },
-            2 => Holding::Own("older".into()),
-            _ => Holding::Nothing,
-        }
-    }
-
-    proptest! {
-        /// Never more than maxUnavailable nodes in flight; never a promotion past a failed or
-        /// inconclusive analysis; nodes outside the waves never change what they run (one that
-        /// ran nothing gets the stable revision at once); after a rollback every node runs what
-        /// it ran before the rollout, whichever tuning that came from.
-        #[test]
-        fn rollout_invariants(
-            n in 1usize..12,
-            canary in 1usize..4,
-            max_unavailable in 1usize..5,
-            auto_rollback in any::<bool>(),
-            first in any::<bool>(),
-            steps in proptest::collection::vec((0u8..6, 0usize..12), 1..40),
-        ) {
-            let s = Strategy {
-                canary,
-                max_unavailable,
-                pause_after_canary: Duration::from_secs(2),
-                pause_between_waves: Duration::from_secs(1),
-                auto_rollback,
-                paused: false,
-                judged: true,
-            };
-            // A first rollout has no stable revision: a node that ran nothing waits for a wave.
-            let stable = (!first).then_some("good");
-            let mut nodes: Vec<NodeView> = (0..n)
-                .map(|i| NodeView {
-                    holding: before(i),
-                    ..node(&format!("n{i:02}"), Report::Pending)
-                })
-                .collect();
-            let ran: BTreeMap<String, Holding> = nodes
-                .iter()
-                .map(|v| {
-                    let held = match &v.holding {
-                        Holding::Nothing => Holding::stable(stable),
-                        held => held.clone(),
-                    };
-                    (v.name.clone(), held)
-                })
-                .collect();
-            let mut progress = Progress::start("bad", stable);
-            for (t, (event, pick)) in steps.into_iter().enumerate() {
-                let now = t as u64;
-                let verdict = match event {
-                    0 => Verdict::Fail("worse".into()),
-                    1 => Verdict::Inconclusive("empty".into()),
-                    2 => Verdict::Pending,
-                    _ => Verdict::Pass,
-                };
-                if event == 5 {
-                    let i = pick % n;
-                    nodes[i].report = Report::Failed("refused".into());
-                }
-                let before = progress.waves.len();
-                let d = plan(&s, &progress, &nodes, &verdict, now);
-                let in_flight = d.progress.waves.last().map_or(0, |w| w.nodes.len());
-                prop_assert!(in_flight <= max_unavailable);
-                if before > 0 && d.progress.waves.len() > before {
-                    prop_assert!(matches!(verdict, Verdict::Pass), "promoted on {verdict:?}");
-                }
-                let updated: BTreeSet<String> =
-                    d.progress.updated().into_iter().map(String::from).collect();
-                for v in &nodes {
-                    if !updated.contains(&v.name) {
-                        prop_assert_eq!(&d.targets[&v.name], &ran[&v.name], "{} moved outside a wave", v.name);
-                    }
-                }
-                if let State::RolledBack(_) = d.progress.state {
-                    prop_assert_eq!(&d.targets, &ran);
-                }
-                // Agents apply what they were given, unless they failed; the spec holds it.
-                for v in nodes.iter_mut() {
-                    if updated.contains(&v.name) && v.report == Report::Pending {
-                        v.report = Report::Applied;
-                    }
-                    v.holding = d.targets[&v.name].clone();
-                }
-                progress = d.progress;
-            }
-        }
+            NodeView {
+                holding: c.clone(),
+                ..node("n2", Report::Pending)
+            },
+            NodeView {
+                holding: c.clone(),
+                ..node("n3", Report::Pending)
+            },
+        ];
+        let d = plan(&s, &done, &nodes, 0, &Verdict::Pending, 0);
+        assert_eq!(d.progress.state, State::Progressing);
+        assert_eq!(d.progress.first_wave, 2, "numbered after the first round");
+        assert_eq!(
+            d.progress.waves,
+            [Wave {
+                from: [("n2".to_string(), c.clone())].into(),
+                ..Wave::of(vec!["n2".into()])
+            }],
+            "n2 alone is the canary"
+        );
+        assert_eq!(
+            (&d.targets["n1"], &d.targets["n2"], &d.targets["n3"]),
+            (&b, &b, &c),
+            "n3 keeps C's revision until a wave takes it"
+        );
+        // The canary applied at t=1; its pause runs until t=31; no verdict yet: n3 waits.
+        nodes[1].holding = b.clone();
+        nodes[1].report = Report::Applied;
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pending, 1);
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pending, 40);
+        assert_eq!(d.targets["n3"], c, "no verdict, no next wave");
+        let d = plan(&s, &d.progress, &nodes, 0, &Verdict::Pass, 41);
+        assert_eq!(d.targets["n3"], b, "judged good: n3 is the next wave");
+        assert_eq!(d.progress.waves.len(), 2);
     }
 }
