@@ -209,6 +209,9 @@ impl NodeAgent {
                 _ = tokio::time::sleep_until(confirmation_due.unwrap_or_else(Instant::now)),
                     if confirmation_due.is_some() => agent.confirmation_step().await,
             }
+            if agent.spec_moved {
+                agent.reconcile().await;
+            }
             if std::mem::take(&mut agent.retry_soon) {
                 resync.reset_at(Instant::now() + STATUS_RETRY);
             }
@@ -232,6 +235,9 @@ struct Agent {
     /// The last status write failed, or the agent's own error stopped a transaction: reconcile
     /// again soon.
     retry_soon: bool,
+    /// A status write's answer asks for something other than what was reported on: reconcile
+    /// again at once.
+    spec_moved: bool,
     /// The /metrics registry: node info and the agent's work.
     metrics: Arc<Exporter>,
     /// The last reconcile's intent and outcome, which a health sample is reported with.
@@ -269,6 +275,7 @@ impl Agent {
             listing: None,
             listed: false,
             retry_soon: false,
+            spec_moved: false,
             metrics,
             last: None,
             sampler: Sampler::new(),
@@ -313,9 +320,26 @@ impl Agent {
     /// that names the node, the tuning and the revision, with the decision, the transaction
     /// (`apply` or `revert`) and a preview in spans of their own inside it, so that every log
     /// line says what it is about.
+    ///
+    /// Every status write returns the object, and its spec can be newer than the one the
+    /// reconcile acted on (the operator withdrew or replaced it meanwhile; the watch events
+    /// queued behind the write are older and are ignored): the reconcile then starts again
+    /// from the newest copy at once.
     async fn reconcile(&mut self) {
+        loop {
+            self.spec_moved = false;
+            self.reconcile_once().await;
+            if !self.spec_moved {
+                break;
+            }
+        }
+    }
+
+    /// One pass of [`Agent::reconcile`]. When the answer to the Applying write asks for
+    /// something else, it stops before the transaction: the next pass acts on the newest.
+    async fn reconcile_once(&mut self) {
         let intent = Intent::of(self.latest.object());
-        let spec = SpecGeneration::of(self.latest.object());
+        let mut spec = SpecGeneration::of(self.latest.object());
         let span = tracing::info_span!(
             "reconcile",
             node = %self.config.node_name,
@@ -355,10 +379,19 @@ impl Agent {
                             )
                         });
                     }
-                    self.sampler.transaction_started();
                     if let Some(applying) = applying {
                         self.report(&intent, &applying).await;
+                        if self.spec_moved {
+                            tracing::info!(
+                                "the answer to the Applying write asks for something else; \
+                                 acting on that instead"
+                            );
+                            return;
+                        }
+                        // The same intent, perhaps of a newer generation: it acts on that one.
+                        spec = SpecGeneration::of(self.latest.object());
                     }
+                    self.sampler.transaction_started();
                     transaction.in_scope(|| {
                         tracing::info!(revision = ?intent.revision(), "transaction starts");
                         let started = std::time::Instant::now();
@@ -758,6 +791,7 @@ impl Agent {
         match self.patch_status(status).await {
             Ok(updated) => {
                 self.latest.offer(updated, Road::StatusWrite);
+                self.spec_moved |= Intent::of(self.latest.object()) != *intent;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "writing status failed; retrying soon");
@@ -947,10 +981,10 @@ mod tests {
             .on_event(Event::InitApply(copy(10, 1, Some(&config))))
             .await;
         agent.on_event(Event::InitDone).await;
-        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "0\n", "applied");
-        // The next reconcile (a resync) acts on the newest copy: it reverts.
-        agent.reconcile().await;
+        // The answer to the Applied write asks for the revert: the agent acts on it at once.
         assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n", "reverted");
+        // A resync finds nothing to do.
+        agent.reconcile().await;
         // The watch now delivers what was queued behind the writes: the copy of the first
         // status write still asks for the revision. It is older than the agent's: ignored.
         agent
@@ -984,6 +1018,40 @@ mod tests {
                 .object()
                 .map(|o| o.metadata.resource_version.clone()),
             Some(Some("14".into()))
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_spec_withdrawn_under_the_applying_write_is_not_applied() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let sack = root.path().join("proc/sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let (mut agent, handle) = agent(root.path());
+        let config = sack_off();
+        // The operator withdrew the spec (generation 2) before the agent wrote Applying: the
+        // write's answer shows it withdrawn.
+        let server = api_server(handle, vec![copy(12, 2, None), copy(13, 2, None)]);
+        agent.on_event(Event::Init).await;
+        agent
+            .on_event(Event::InitApply(copy(10, 1, Some(&config))))
+            .await;
+        agent.on_event(Event::InitDone).await;
+        assert_eq!(
+            std::fs::read_to_string(&sack).unwrap(),
+            "1\n",
+            "the withdrawn revision was applied"
+        );
+        let states = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("every status write made")
+            .expect("the writes were as expected");
+        assert_eq!(states, ["Applying", "Reverted"]);
+        assert_eq!(
+            sample(&agent, "hoststack_agent_transactions_total{result=\"applied\"}")
+                .unwrap_or(0),
+            0,
+            "no transaction ran"
         );
     }
 
