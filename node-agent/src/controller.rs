@@ -36,6 +36,7 @@ use tokio::task::block_in_place;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
+use crate::clock::{Clocks, SystemClocks};
 use crate::config::Config;
 use crate::confirmation::{judge, Checks, Step, Verdict, Window, API_SERVER_PROBE};
 use crate::dataplane::{self, backoff::Backoff, Supervisor};
@@ -57,13 +58,6 @@ const STATUS_RETRY: Duration = Duration::from_secs(2);
 
 /// How long one status write may take before it counts as failed (and SIGTERM waits no longer).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Now, in milliseconds since the epoch (the confirmation window's clock).
-fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Runs the agent until SIGTERM or SIGINT: serves /metrics, recovers an interrupted
 /// transaction, then watches the node's NodeTuning and reconciles. Needs a multi-threaded
@@ -256,6 +250,8 @@ struct Agent {
     window: Option<(Window, Checks)>,
     /// The last round of probes, reported in the status.
     probes: Vec<ProbeResult>,
+    /// The clocks: the confirmation window runs on the monotonic one.
+    clocks: Arc<dyn Clocks>,
 }
 
 impl Agent {
@@ -285,6 +281,7 @@ impl Agent {
             kube_config: None,
             window: None,
             probes: Vec::new(),
+            clocks: Arc::new(SystemClocks),
         }
     }
 
@@ -580,7 +577,7 @@ impl Agent {
                     .await;
             }
         };
-        let window = Window::open(&revision, &checks, unix_millis(), fastrand::f64());
+        let window = Window::open(&revision, &checks, self.window_now(), fastrand::f64());
         self.metrics
             .work
             .provisional(intent.tuning().unwrap_or_default());
@@ -606,11 +603,21 @@ impl Agent {
         outcome
     }
 
+    /// Now, on the confirmation window's clock: the monotonic one, so that a step of the wall
+    /// clock neither expires a good revision at once nor postpones the revert of a bad one.
+    fn window_now(&self) -> u64 {
+        self.clocks.monotonic_millis()
+    }
+
+    /// What the confirmation window asks for now, while there is one.
+    fn confirmation_now(&self) -> Option<Step> {
+        let (window, _) = self.window.as_ref()?;
+        Some(window.step(self.window_now()))
+    }
+
     /// When the confirmation window wants the loop's attention.
     fn confirmation_due(&self) -> Option<Instant> {
-        let (window, _) = self.window.as_ref()?;
-        let now = unix_millis();
-        let due = match window.step(now) {
+        let due = match self.confirmation_now()? {
             Step::Wait(wait) => wait,
             Step::Probe | Step::Expire(_) => Duration::ZERO,
         };
@@ -634,7 +641,7 @@ impl Agent {
             revision = %window.revision,
         );
         async move {
-            match window.step(unix_millis()) {
+            match window.step(self.window_now()) {
                 Step::Wait(_) => {}
                 Step::Expire(reason) => {
                     self.revert_and_report(intent, &spec, reason, SelfRevert::Unconfirmed).await;
@@ -642,7 +649,7 @@ impl Agent {
                 Step::Probe => {
                     // The round (the status write it needs, then the probes) ends by the
                     // deadline at the latest: a node cut off must not wait out its timeouts.
-                    let left = Duration::from_millis(window.deadline.saturating_sub(unix_millis()));
+                    let left = Duration::from_millis(window.deadline.saturating_sub(self.window_now()));
                     let round = async {
                         // The status with the confirmation pending must be written for the API
                         // server to show it back.
@@ -708,8 +715,9 @@ impl Agent {
 
     /// Records a round that did not confirm the window's revision.
     fn retry_window(&mut self, why: String) {
+        let now = self.window_now();
         if let Some((window, _)) = &mut self.window {
-            window.retry(unix_millis(), why, fastrand::f64());
+            window.retry(now, why, fastrand::f64());
         }
     }
 
@@ -780,9 +788,11 @@ impl Agent {
         });
         status.userspace_stack = self.dataplane.status();
         status.preview = self.preview.clone();
+        // The deadline as people read it: on the wall clock, however it was set.
+        let (wall, now) = (self.clocks.wall_millis(), self.window_now());
         status.confirmation = self.window.as_ref().map(|(w, _)| Confirmation {
             revision: w.revision.clone(),
-            deadline: report::time_of_millis(w.deadline),
+            deadline: report::time_of_millis(wall + w.deadline.saturating_sub(now)),
         });
         status.probes = self.probes.clone();
         if previous == Some(&status) {
@@ -832,6 +842,8 @@ async fn resolve(host: &str, port: u16) -> Option<std::net::IpAddr> {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
     use clap::Parser;
     use hoststack_crds::{Mode, NodeConfig, NodeState, NodeTuningSpec, SysctlValue};
@@ -1053,6 +1065,80 @@ mod tests {
             0,
             "no transaction ran"
         );
+    }
+
+    /// Clocks a test sets by hand.
+    #[derive(Default)]
+    struct HandClocks {
+        wall: AtomicU64,
+        monotonic: AtomicU64,
+    }
+
+    impl Clocks for HandClocks {
+        fn wall_millis(&self) -> u64 {
+            self.wall.load(AtomicOrdering::SeqCst)
+        }
+        fn monotonic_millis(&self) -> u64 {
+            self.monotonic.load(AtomicOrdering::SeqCst)
+        }
+    }
+
+    impl HandClocks {
+        /// Moves the wall clock by `wall` and the monotonic clock forward by `elapsed` ms.
+        fn step(&self, wall: i64, elapsed: u64) {
+            let now = self.wall_millis().checked_add_signed(wall).unwrap();
+            self.wall.store(now, AtomicOrdering::SeqCst);
+            self.monotonic.fetch_add(elapsed, AtomicOrdering::SeqCst);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_dead_man_window_ignores_steps_of_the_wall_clock() {
+        const HOUR: i64 = 3_600_000;
+        let root = tempfile::tempdir().expect("tempdir");
+        let sack = root.path().join("proc/sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let (mut agent, handle) = agent(root.path());
+        let clocks = Arc::new(HandClocks::default());
+        clocks.step(1_800_000_000_000, 5_000);
+        agent.clocks = clocks.clone();
+        let config = sack_off();
+        let server = api_server(
+            handle,
+            vec![copy(11, 1, Some(&config)), copy(12, 1, Some(&config))],
+        );
+        agent.on_event(Event::Init).await;
+        agent
+            .on_event(Event::InitApply(copy(10, 1, Some(&config))))
+            .await;
+        agent.on_event(Event::InitDone).await;
+        let states = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("every status write made")
+            .expect("the writes were as expected");
+        assert_eq!(states, ["Applying", "Applied"]);
+        // Applied provisionally: the window (60 s by default) waits for its settle time.
+        assert!(
+            matches!(agent.confirmation_now(), Some(Step::Wait(_))),
+            "{:?}",
+            agent.confirmation_now()
+        );
+        // NTP steps the wall clock an hour forward half a second later: the window still runs.
+        clocks.step(HOUR, 500);
+        assert!(
+            !matches!(agent.confirmation_now(), Some(Step::Expire(_))),
+            "a wall-clock step forward expired the window: {:?}",
+            agent.confirmation_now()
+        );
+        // Stepped two hours back, and 61 s after the apply: the window has expired.
+        clocks.step(-2 * HOUR, 61_000);
+        assert!(
+            matches!(agent.confirmation_now(), Some(Step::Expire(_))),
+            "a wall-clock step back postponed the revert: {:?}",
+            agent.confirmation_now()
+        );
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "0\n");
     }
 
     #[tokio::test(flavor = "multi_thread")]
