@@ -159,12 +159,18 @@ impl NodeAgent {
             tracing::info!(?api_server, "the route to this address is never bound away");
             self.reconciler.set_api_server(api_server);
         }
+        // The heartbeat is renewed only while this loop goes round: at least every heartbeat
+        // interval (the pulse), unless a step of it is stuck.
+        let (loop_went_round, progress) = tokio::sync::watch::channel(Instant::now());
         let heartbeat = tokio::spawn(crate::heartbeat::run(
             client.clone(),
             config.namespace.clone(),
             config.node_name.clone(),
             config.heartbeat_interval,
+            progress,
         ));
+        let mut pulse = tokio::time::interval(config.heartbeat_interval);
+        pulse.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let api: Api<NodeTuning> = Api::all(client);
         let mut agent = Agent::new(
             api.clone(),
@@ -185,6 +191,7 @@ impl NodeAgent {
         tracing::info!(node = %config.node_name, "watching NodeTuning");
 
         loop {
+            loop_went_round.send_replace(Instant::now());
             let health_deadline = agent.sampler.deadline().map(Instant::from_std);
             let confirmation_due = agent.confirmation_due();
             tokio::select! {
@@ -198,6 +205,7 @@ impl NodeAgent {
                     }
                 },
                 _ = resync.tick(), if agent.listed => agent.reconcile().await,
+                _ = pulse.tick() => {}
                 _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
                     if health_deadline.is_some() => agent.end_health_window().await,
                 _ = tokio::time::sleep_until(confirmation_due.unwrap_or_else(Instant::now)),
