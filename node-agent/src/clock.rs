@@ -41,4 +41,3 @@ impl Clocks for SystemClocks {
         secs * 1000 + nanos / 1_000_000
     }
 }
-

@@ -1068,8 +1068,11 @@ mod tests {
             .expect("the writes were as expected");
         assert_eq!(states, ["Applying", "Reverted"]);
         assert_eq!(
-            sample(&agent, "hoststack_agent_transactions_total{result=\"applied\"}")
-                .unwrap_or(0),
+            sample(
+                &agent,
+                "hoststack_agent_transactions_total{result=\"applied\"}"
+            )
+            .unwrap_or(0),
             0,
             "no transaction ran"
         );

@@ -138,7 +138,11 @@ mod tests {
             while let Some((request, send)) = handle.next_request().await {
                 renewals.push(start.elapsed().as_secs());
                 let bytes = request.into_body().collect_bytes().await.unwrap();
-                send.send_response(Response::builder().body(Body::from(bytes.to_vec())).unwrap());
+                send.send_response(
+                    Response::builder()
+                        .body(Body::from(bytes.to_vec()))
+                        .unwrap(),
+                );
             }
             renewals
         });
@@ -152,6 +156,10 @@ mod tests {
         let _ = heartbeat.await;
         let renewals = api_server.await.unwrap();
         // Renewed while the loop's last round was at most a lease duration (30 s) ago.
-        assert_eq!(renewals, [0, 10, 20, 30, 40, 50], "renewed while the loop was stuck");
+        assert_eq!(
+            renewals,
+            [0, 10, 20, 30, 40, 50],
+            "renewed while the loop was stuck"
+        );
     }
 }
