@@ -55,7 +55,8 @@ pub struct Config {
     /// Namespace of the agent's heartbeat Lease (the operator's namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = hoststack_crds::DEFAULT_NAMESPACE)]
     pub namespace: String,
-    /// How often the agent renews its heartbeat Lease; it stays valid for three intervals.
+    /// How often the agent renews its heartbeat Lease (only while its watch loop goes round);
+    /// it stays valid for three intervals.
     #[arg(long, default_value = "10s", value_parser = parse_nonzero_duration)]
     pub heartbeat_interval: Duration,
     /// Where the probes of a tuning's targets may connect: comma-separated CIDR prefixes (a

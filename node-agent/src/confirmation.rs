@@ -97,7 +97,8 @@ impl Checks {
     }
 }
 
-/// A provisional revision's window, in milliseconds since the epoch.
+/// A provisional revision's window, in milliseconds of a monotonic clock (the watch loop's
+/// [`crate::clock::Clocks::monotonic_millis`]): a step of the wall clock moves none of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Window {
     /// The revision awaiting confirmation.

@@ -36,6 +36,7 @@ use tokio::task::block_in_place;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
+use crate::clock::{Clocks, SystemClocks};
 use crate::config::Config;
 use crate::confirmation::{judge, Checks, Step, Verdict, Window, API_SERVER_PROBE};
 use crate::dataplane::{self, backoff::Backoff, Supervisor};
@@ -57,18 +58,6 @@ const STATUS_RETRY: Duration = Duration::from_secs(2);
 
 /// How long one status write may take before it counts as failed (and SIGTERM waits no longer).
 const STATUS_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Now, in milliseconds since the epoch (the confirmation window's clock).
-fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// When `window` closes, on tokio's clock: every round of probes in it ends by then.
-fn round_deadline(window: &Window) -> Instant {
-    Instant::now() + Duration::from_millis(window.deadline.saturating_sub(unix_millis()))
-}
 
 /// Runs the agent until SIGTERM or SIGINT: serves /metrics, recovers an interrupted
 /// transaction, then watches the node's NodeTuning and reconciles. Needs a multi-threaded
@@ -171,12 +160,18 @@ impl NodeAgent {
             tracing::info!(?api_server, "the route to this address is never bound away");
             self.reconciler.set_api_server(api_server);
         }
+        // The heartbeat is renewed only while this loop goes round: at least every heartbeat
+        // interval (the pulse), unless a step of it is stuck.
+        let (loop_went_round, progress) = tokio::sync::watch::channel(Instant::now());
         let heartbeat = tokio::spawn(crate::heartbeat::run(
             client.clone(),
             config.namespace.clone(),
             config.node_name.clone(),
             config.heartbeat_interval,
+            progress,
         ));
+        let mut pulse = tokio::time::interval(config.heartbeat_interval);
+        pulse.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let api: Api<NodeTuning> = Api::all(client);
         let mut agent = Agent::new(
             api.clone(),
@@ -197,6 +192,7 @@ impl NodeAgent {
         tracing::info!(node = %config.node_name, "watching NodeTuning");
 
         loop {
+            loop_went_round.send_replace(Instant::now());
             let health_deadline = agent.sampler.deadline().map(Instant::from_std);
             let confirmation_due = agent.confirmation_due();
             tokio::select! {
@@ -210,10 +206,14 @@ impl NodeAgent {
                     }
                 },
                 _ = resync.tick(), if agent.listed => agent.reconcile().await,
+                _ = pulse.tick() => {}
                 _ = tokio::time::sleep_until(health_deadline.unwrap_or_else(Instant::now)),
                     if health_deadline.is_some() => agent.end_health_window().await,
                 _ = tokio::time::sleep_until(confirmation_due.unwrap_or_else(Instant::now)),
                     if confirmation_due.is_some() => agent.confirmation_step().await,
+            }
+            if agent.spec_moved {
+                agent.reconcile().await;
             }
             if std::mem::take(&mut agent.retry_soon) {
                 resync.reset_at(Instant::now() + STATUS_RETRY);
@@ -238,6 +238,9 @@ struct Agent {
     /// The last status write failed, or the agent's own error stopped a transaction: reconcile
     /// again soon.
     retry_soon: bool,
+    /// A status write's answer asks for something other than what was reported on: reconcile
+    /// again at once.
+    spec_moved: bool,
     /// The /metrics registry: node info and the agent's work.
     metrics: Arc<Exporter>,
     /// The last reconcile's intent and outcome, which a health sample is reported with.
@@ -256,6 +259,8 @@ struct Agent {
     window: Option<(Window, Checks)>,
     /// The last round of probes, reported in the status.
     probes: Vec<ProbeResult>,
+    /// The clocks: the confirmation window runs on the monotonic one.
+    clocks: Arc<dyn Clocks>,
 }
 
 impl Agent {
@@ -275,6 +280,7 @@ impl Agent {
             listing: None,
             listed: false,
             retry_soon: false,
+            spec_moved: false,
             metrics,
             last: None,
             sampler: Sampler::new(),
@@ -284,6 +290,7 @@ impl Agent {
             kube_config: None,
             window: None,
             probes: Vec::new(),
+            clocks: Arc::new(SystemClocks),
         }
     }
 
@@ -319,9 +326,26 @@ impl Agent {
     /// that names the node, the tuning and the revision, with the decision, the transaction
     /// (`apply` or `revert`) and a preview in spans of their own inside it, so that every log
     /// line says what it is about.
+    ///
+    /// Every status write returns the object, and its spec can be newer than the one the
+    /// reconcile acted on (the operator withdrew or replaced it meanwhile; the watch events
+    /// queued behind the write are older and are ignored): the reconcile then starts again
+    /// from the newest copy at once.
     async fn reconcile(&mut self) {
+        loop {
+            self.spec_moved = false;
+            self.reconcile_once().await;
+            if !self.spec_moved {
+                break;
+            }
+        }
+    }
+
+    /// One pass of [`Agent::reconcile`]. When the answer to the Applying write asks for
+    /// something else, it stops before the transaction: the next pass acts on the newest.
+    async fn reconcile_once(&mut self) {
         let intent = Intent::of(self.latest.object());
-        let spec = SpecGeneration::of(self.latest.object());
+        let mut spec = SpecGeneration::of(self.latest.object());
         let span = tracing::info_span!(
             "reconcile",
             node = %self.config.node_name,
@@ -361,10 +385,19 @@ impl Agent {
                             )
                         });
                     }
-                    self.sampler.transaction_started();
                     if let Some(applying) = applying {
                         self.report(&intent, &applying).await;
+                        if self.spec_moved {
+                            tracing::info!(
+                                "the answer to the Applying write asks for something else; \
+                                 acting on that instead"
+                            );
+                            return;
+                        }
+                        // The same intent, perhaps of a newer generation: it acts on that one.
+                        spec = SpecGeneration::of(self.latest.object());
                     }
+                    self.sampler.transaction_started();
                     transaction.in_scope(|| {
                         tracing::info!(revision = ?intent.revision(), "transaction starts");
                         let started = std::time::Instant::now();
@@ -553,7 +586,7 @@ impl Agent {
                     .await;
             }
         };
-        let window = Window::open(&revision, &checks, unix_millis(), fastrand::f64());
+        let window = Window::open(&revision, &checks, self.window_now(), fastrand::f64());
         self.metrics
             .work
             .provisional(intent.tuning().unwrap_or_default());
@@ -569,7 +602,7 @@ impl Agent {
         };
         // The probes of an earlier revision say nothing about this one.
         self.probes.clear();
-        let deadline = round_deadline(&window);
+        let deadline = self.round_deadline(&window);
         let results = self.probe_round(&targets, &revision, deadline).await;
         self.window = Some((window, checks));
         if let Verdict::Revert(reason) = judge(&results) {
@@ -580,11 +613,26 @@ impl Agent {
         outcome
     }
 
+    /// When `window` closes, on tokio's clock: every round of probes in it ends by then.
+    fn round_deadline(&self, window: &Window) -> Instant {
+        Instant::now() + Duration::from_millis(window.deadline.saturating_sub(self.window_now()))
+    }
+
+    /// Now, on the confirmation window's clock: the monotonic one, so that a step of the wall
+    /// clock neither expires a good revision at once nor postpones the revert of a bad one.
+    fn window_now(&self) -> u64 {
+        self.clocks.monotonic_millis()
+    }
+
+    /// What the confirmation window asks for now, while there is one.
+    fn confirmation_now(&self) -> Option<Step> {
+        let (window, _) = self.window.as_ref()?;
+        Some(window.step(self.window_now()))
+    }
+
     /// When the confirmation window wants the loop's attention.
     fn confirmation_due(&self) -> Option<Instant> {
-        let (window, _) = self.window.as_ref()?;
-        let now = unix_millis();
-        let due = match window.step(now) {
+        let due = match self.confirmation_now()? {
             Step::Wait(wait) => wait,
             Step::Probe | Step::Expire(_) => Duration::ZERO,
         };
@@ -608,7 +656,7 @@ impl Agent {
             revision = %window.revision,
         );
         async move {
-            match window.step(unix_millis()) {
+            match window.step(self.window_now()) {
                 Step::Wait(_) => {}
                 Step::Expire(reason) => {
                     self.revert_and_report(intent, &spec, reason, SelfRevert::Unconfirmed).await;
@@ -616,7 +664,7 @@ impl Agent {
                 Step::Probe => {
                     // The round (the status write it needs, then the probes) ends by the
                     // deadline at the latest: a node cut off must not wait out its timeouts.
-                    let deadline = round_deadline(&window);
+                    let deadline = self.round_deadline(&window);
                     // The status with the confirmation pending must be written for the API
                     // server to show it back.
                     let reported = async {
@@ -685,8 +733,9 @@ impl Agent {
 
     /// Records a round that did not confirm the window's revision.
     fn retry_window(&mut self, why: String) {
+        let now = self.window_now();
         if let Some((window, _)) = &mut self.window {
-            window.retry(unix_millis(), why, fastrand::f64());
+            window.retry(now, why, fastrand::f64());
         }
     }
 
@@ -764,9 +813,11 @@ impl Agent {
         });
         status.userspace_stack = self.dataplane.status();
         status.preview = self.preview.clone();
+        // The deadline as people read it: on the wall clock, however it was set.
+        let (wall, now) = (self.clocks.wall_millis(), self.window_now());
         status.confirmation = self.window.as_ref().map(|(w, _)| Confirmation {
             revision: w.revision.clone(),
-            deadline: report::time_of_millis(w.deadline),
+            deadline: report::time_of_millis(wall + w.deadline.saturating_sub(now)),
         });
         status.probes = self.probes.clone();
         if previous == Some(&status) {
@@ -775,6 +826,7 @@ impl Agent {
         match self.patch_status(status).await {
             Ok(updated) => {
                 self.latest.offer(updated, Road::StatusWrite);
+                self.spec_moved |= Intent::of(self.latest.object()) != *intent;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "writing status failed; retrying soon");
@@ -815,6 +867,8 @@ async fn resolve(host: &str, port: u16) -> Option<std::net::IpAddr> {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
     use clap::Parser;
     use hoststack_crds::{Mode, NodeConfig, NodeState, NodeTuningSpec, SysctlValue};
@@ -964,10 +1018,10 @@ mod tests {
             .on_event(Event::InitApply(copy(10, 1, Some(&config))))
             .await;
         agent.on_event(Event::InitDone).await;
-        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "0\n", "applied");
-        // The next reconcile (a resync) acts on the newest copy: it reverts.
-        agent.reconcile().await;
+        // The answer to the Applied write asks for the revert: the agent acts on it at once.
         assert_eq!(std::fs::read_to_string(&sack).unwrap(), "1\n", "reverted");
+        // A resync finds nothing to do.
+        agent.reconcile().await;
         // The watch now delivers what was queued behind the writes: the copy of the first
         // status write still asks for the revision. It is older than the agent's: ignored.
         agent
@@ -1002,6 +1056,117 @@ mod tests {
                 .map(|o| o.metadata.resource_version.clone()),
             Some(Some("14".into()))
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_spec_withdrawn_under_the_applying_write_is_not_applied() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let sack = root.path().join("proc/sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let (mut agent, handle) = agent(root.path());
+        let config = sack_off();
+        // The operator withdrew the spec (generation 2) before the agent wrote Applying: the
+        // write's answer shows it withdrawn.
+        let server = api_server(handle, vec![copy(12, 2, None), copy(13, 2, None)]);
+        agent.on_event(Event::Init).await;
+        agent
+            .on_event(Event::InitApply(copy(10, 1, Some(&config))))
+            .await;
+        agent.on_event(Event::InitDone).await;
+        assert_eq!(
+            std::fs::read_to_string(&sack).unwrap(),
+            "1\n",
+            "the withdrawn revision was applied"
+        );
+        let states = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("every status write made")
+            .expect("the writes were as expected");
+        assert_eq!(states, ["Applying", "Reverted"]);
+        assert_eq!(
+            sample(
+                &agent,
+                "hoststack_agent_transactions_total{result=\"applied\"}"
+            )
+            .unwrap_or(0),
+            0,
+            "no transaction ran"
+        );
+    }
+
+    /// Clocks a test sets by hand.
+    #[derive(Default)]
+    struct HandClocks {
+        wall: AtomicU64,
+        monotonic: AtomicU64,
+    }
+
+    impl Clocks for HandClocks {
+        fn wall_millis(&self) -> u64 {
+            self.wall.load(AtomicOrdering::SeqCst)
+        }
+        fn monotonic_millis(&self) -> u64 {
+            self.monotonic.load(AtomicOrdering::SeqCst)
+        }
+    }
+
+    impl HandClocks {
+        /// Moves the wall clock by `wall` and the monotonic clock forward by `elapsed` ms.
+        fn step(&self, wall: i64, elapsed: u64) {
+            let now = self.wall_millis().checked_add_signed(wall).unwrap();
+            self.wall.store(now, AtomicOrdering::SeqCst);
+            self.monotonic.fetch_add(elapsed, AtomicOrdering::SeqCst);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_dead_man_window_ignores_steps_of_the_wall_clock() {
+        const HOUR: i64 = 3_600_000;
+        let root = tempfile::tempdir().expect("tempdir");
+        let sack = root.path().join("proc/sys/net/ipv4/tcp_sack");
+        std::fs::create_dir_all(sack.parent().unwrap()).unwrap();
+        std::fs::write(&sack, "1\n").unwrap();
+        let (mut agent, handle) = agent(root.path());
+        let clocks = Arc::new(HandClocks::default());
+        clocks.step(1_800_000_000_000, 5_000);
+        agent.clocks = clocks.clone();
+        let config = sack_off();
+        let server = api_server(
+            handle,
+            vec![copy(11, 1, Some(&config)), copy(12, 1, Some(&config))],
+        );
+        agent.on_event(Event::Init).await;
+        agent
+            .on_event(Event::InitApply(copy(10, 1, Some(&config))))
+            .await;
+        agent.on_event(Event::InitDone).await;
+        let states = tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("every status write made")
+            .expect("the writes were as expected");
+        assert_eq!(states, ["Applying", "Applied"]);
+        // Applied provisionally: the window (60 s by default) waits for its settle time.
+        assert!(
+            matches!(agent.confirmation_now(), Some(Step::Wait(_))),
+            "{:?}",
+            agent.confirmation_now()
+        );
+        // NTP steps the wall clock an hour forward half a second later: the window still runs.
+        clocks.step(HOUR, 500);
+        assert!(
+            !matches!(agent.confirmation_now(), Some(Step::Expire(_))),
+            "a wall-clock step forward expired the window: {:?}",
+            agent.confirmation_now()
+        );
+        // Stepped two hours back, and 61 s after the apply: the window has expired.
+        clocks.step(-2 * HOUR, 61_000);
+        assert!(
+            matches!(agent.confirmation_now(), Some(Step::Expire(_))),
+            "a wall-clock step back postponed the revert: {:?}",
+            agent.confirmation_now()
+        );
+        assert_eq!(std::fs::read_to_string(&sack).unwrap(), "0\n");
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -9,8 +9,8 @@
 //!
 //! "Newer" is by `metadata.resourceVersion` ([`hoststack_crds::resource_version`]): the agent
 //! relies on every copy of its NodeTuning coming from one etcd, whose revisions only grow. A
-//! copy whose resourceVersion does not parse as an integer is taken, as if there were no
-//! ordering at all (the agent before this rule), with a warning. The newest version seen
+//! copy whose resourceVersion does not parse as an integer is refused with an error: taken
+//! unordered, it would bring the race back (docs/install.md, Requirements). The newest version seen
 //! outlives a deletion, so that nothing older than the deletion comes back after it; an object
 //! created again later has a newer version.
 //!
@@ -87,8 +87,20 @@ impl Latest {
         true
     }
 
-    /// Whether a copy of `version` is not older than the newest seen.
+    /// Whether a copy of `version` is not older than the newest seen. A version that cannot
+    /// be ordered (not a decimal integer, or none) is refused, loudly: taking it would let an
+    /// older copy bring a withdrawn spec back.
     fn is_current(&self, version: Option<&str>, road: Road) -> bool {
+        if resource_version::compare(version, version).is_none() {
+            tracing::error!(
+                road = road.as_str(),
+                resource_version = version,
+                "refusing a NodeTuning whose resourceVersion is not an integer: the agent orders \
+                 copies by it and needs an API server whose resourceVersions are integers \
+                 (docs/install.md, Requirements)"
+            );
+            return false;
+        }
         let Some(known) = self.version.as_deref() else {
             return true;
         };
@@ -102,16 +114,7 @@ impl Latest {
                 );
                 false
             }
-            Some(Ordering::Equal | Ordering::Greater) => true,
-            None => {
-                tracing::warn!(
-                    road = road.as_str(),
-                    resource_version = version,
-                    newest = known,
-                    "a NodeTuning resourceVersion is not an integer; taking the copy unordered"
-                );
-                true
-            }
+            Some(Ordering::Equal | Ordering::Greater) | None => true,
         }
     }
 }
@@ -174,17 +177,20 @@ mod tests {
     }
 
     #[test]
-    fn a_version_that_is_no_integer_is_taken_unordered() {
+    fn a_version_that_is_no_integer_is_refused() {
         let mut latest = Latest::default();
+        assert!(!latest.offer(copy("opaque", Some("edge")), Road::Watch));
+        assert_eq!(tuning_of(&latest), None);
         assert!(latest.offer(copy("10", Some("edge")), Road::Watch));
-        assert!(latest.offer(copy("opaque", None), Road::Watch));
-        assert_eq!(tuning_of(&latest), Some(None));
-        assert!(latest.offer(copy("9", Some("edge")), Road::Watch));
+        assert!(!latest.offer(copy("opaque", None), Road::Watch));
         assert_eq!(tuning_of(&latest), Some(Some("edge")));
-        // A copy without a version at all is taken too.
+        // A copy without a version at all cannot be ordered either.
         let mut bare = copy("1", Some("core"));
         bare.metadata.resource_version = None;
-        assert!(latest.offer(bare, Road::StatusWrite));
-        assert_eq!(tuning_of(&latest), Some(Some("core")));
+        assert!(!latest.offer(bare, Road::StatusWrite));
+        assert_eq!(tuning_of(&latest), Some(Some("edge")));
+        // Nor can a deletion.
+        assert!(!latest.deleted(Some(&copy("v11", None)), Road::Watch));
+        assert_eq!(tuning_of(&latest), Some(Some("edge")));
     }
 }

@@ -13,7 +13,8 @@
 //! core never reaches into the shells around it (`python3 /work/shared/tools/modcycles.py
 //! node-agent/src --notests --nofamily` prints nothing):
 //!
-//! 1. Utilities, which import nothing of the agent: [`duration`], [`cpus`] (CPU lists and
+//! 1. Utilities, which import nothing of the agent: [`clock`] (the wall and the monotonic
+//!    clock), [`duration`], [`cpus`] (CPU lists and
 //!    masks), [`sysfs`] (names in procfs and sysfs trees), [`paths`] (the default bpffs root
 //!    and runner), [`netlink`] (one synchronous netlink request).
 //! 2. The model, [`model`]: [`model::Kind`], [`model::Setting`], [`model::Reading`],
@@ -49,6 +50,7 @@
 use std::path::PathBuf;
 
 pub mod appliers;
+pub mod clock;
 pub mod config;
 pub mod confirmation;
 pub mod controller;

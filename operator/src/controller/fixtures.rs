@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hoststack_crds::{
     agent_lease_name, LabelValue, NetworkTuning, NetworkTuningSpec, NetworkTuningStatus,
@@ -31,6 +31,7 @@ use kube::{Client, Resource};
 use serde_json::{json, Value};
 use tower_test::mock::{Handle, SendResponse};
 
+use super::heartbeats::Heartbeats;
 use super::snapshot::Snapshot;
 use super::Context;
 use crate::metrics::Metrics;
@@ -201,7 +202,7 @@ impl World {
                 })
                 .collect(),
             self.node_tunings,
-            self.heartbeats.iter(),
+            Heartbeats::default().alive(&self.heartbeats, Instant::now()),
             now,
         )
     }
@@ -255,6 +256,7 @@ impl Context {
             node_tunings: store(world.node_tunings),
             tunings: store(world.tunings),
             heartbeats: store(world.heartbeats),
+            renewals: Default::default(),
             revert_timeout: Duration::from_secs(120),
             metrics: Arc::new(Metrics::default()),
             prometheus_endpoints: Default::default(),

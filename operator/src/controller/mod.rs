@@ -13,6 +13,7 @@ pub mod apply;
 pub mod cleanup;
 pub mod decision;
 pub mod effects;
+pub mod heartbeats;
 pub mod snapshot;
 pub mod writes;
 
@@ -23,7 +24,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{future, StreamExt};
 use hoststack_crds::{NetworkTuning, NodeTuning, FINALIZER, OPERATOR_FIELD_MANAGER};
@@ -45,6 +46,7 @@ use crate::rollout::prometheus_endpoints::PrometheusEndpoints;
 use crate::rollout::{gate, history};
 use crate::selection::NodeLabels;
 use crate::{Error, Result};
+use heartbeats::Heartbeats;
 pub use snapshot::Snapshot;
 use snapshot::{newest_node_tunings, StatusWrite};
 
@@ -60,6 +62,8 @@ pub struct Context {
     node_tunings: Store<NodeTuning>,
     tunings: Store<NetworkTuning>,
     heartbeats: Store<Lease>,
+    /// When the operator saw each agent's Lease renewed, on its own clock.
+    renewals: Arc<Mutex<Heartbeats>>,
     recorder: Recorder,
     revert_timeout: Duration,
     metrics: Arc<Metrics>,
@@ -123,7 +127,9 @@ pub async fn run(
         let metrics = metrics.clone();
         move |_| metrics.watch_event("nodetunings")
     });
-    // The agents' heartbeats are read when a reconcile runs; their renewals trigger nothing.
+    // The agents' heartbeats are read when a reconcile runs; their renewals trigger nothing,
+    // but each is noted when it is seen (the operator's clock judges them, not the agents').
+    let renewals = Arc::new(Mutex::new(Heartbeats::default()));
     let (heartbeats, hb_writer) = reflector::store();
     let heartbeat_events = reflector::reflector(
         hb_writer,
@@ -137,8 +143,13 @@ pub async fn run(
     .touched_objects()
     .filter_map({
         let metrics = metrics.clone();
-        move |_| {
+        let renewals = renewals.clone();
+        move |lease| {
             metrics.watch_event("leases");
+            if let Ok(lease) = lease {
+                let mut renewals = renewals.lock().unwrap_or_else(|e| e.into_inner());
+                renewals.observe(&lease, Instant::now());
+            }
             future::ready(None::<()>)
         }
     });
@@ -173,6 +184,7 @@ pub async fn run(
         node_tunings,
         tunings: controller.store(),
         heartbeats,
+        renewals,
         revert_timeout,
         metrics,
         prometheus_endpoints,
@@ -296,21 +308,22 @@ impl Context {
             self.node_tunings.state(),
             &mut self.spec_writes.lock().unwrap_or_else(|e| e.into_inner()),
         );
-        let heartbeats = self.heartbeats.state();
+        let alive = self
+            .renewals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .alive(
+                self.heartbeats.state().iter().map(|l| l.as_ref()),
+                Instant::now(),
+            );
         let tunings = self.tunings.state();
         let status_writes = {
             let mut writes = self.status_writes.lock().unwrap_or_else(|e| e.into_inner());
             writes.retain(|uid, _| tunings.iter().any(|t| t.uid().as_ref() == Some(uid)));
             writes.clone()
         };
-        Snapshot::new(
-            tunings,
-            nodes,
-            node_tunings,
-            heartbeats.iter().map(|l| l.as_ref()),
-            Timestamp::now(),
-        )
-        .with_status_writes(status_writes)
+        Snapshot::new(tunings, nodes, node_tunings, alive, Timestamp::now())
+            .with_status_writes(status_writes)
     }
 }
 

@@ -1,5 +1,5 @@
 //! The cluster as one reconcile sees it: the tunings, the nodes' labels, their NodeTunings,
-//! whose agents' heartbeats are valid, who governs which node, the operator's own latest status
+//! whose agents are alive, who governs which node, the operator's own latest status
 //! writes, and the clock, all read once at the start. What a reconcile decides is a pure
 //! function of this (and of the revision history and the analysis verdict), so a test builds
 //! one by hand.
@@ -17,10 +17,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use hoststack_crds::{
-    resource_version, NetworkTuning, NetworkTuningStatus, NodeTuning, AGENT_LEASE_PREFIX,
-};
-use k8s_openapi::api::coordination::v1::Lease;
+use hoststack_crds::{resource_version, NetworkTuning, NetworkTuningStatus, NodeTuning};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -58,7 +55,7 @@ pub struct Snapshot {
     pub node_tunings: BTreeMap<String, Arc<NodeTuning>>,
     /// Which tuning governs which node.
     pub assignment: Assignment,
-    /// Nodes whose agent's heartbeat Lease is valid at `now`.
+    /// Nodes whose agent is alive ([`super::heartbeats::Heartbeats::alive`]).
     pub alive: BTreeSet<String>,
     /// The operator's own latest status write to each tuning, by the tuning's uid.
     pub status_writes: BTreeMap<String, StatusWrite>,
@@ -67,12 +64,13 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The snapshot of these objects at `now`: selection decided, heartbeats judged.
-    pub fn new<'a>(
+    /// The snapshot of these objects at `now`, with the nodes whose agents are `alive`:
+    /// selection decided.
+    pub fn new(
         tunings: Vec<Arc<NetworkTuning>>,
         nodes: Vec<NodeLabels>,
         node_tunings: impl IntoIterator<Item = impl Into<Arc<NodeTuning>>>,
-        heartbeats: impl IntoIterator<Item = &'a Lease>,
+        alive: BTreeSet<String>,
         now: Timestamp,
     ) -> Self {
         let assignment = assign(tunings.iter().map(|t| t.as_ref()), &nodes);
@@ -84,10 +82,7 @@ impl Snapshot {
                     (nt.name_any(), nt)
                 })
                 .collect(),
-            alive: heartbeats
-                .into_iter()
-                .filter_map(|lease| heartbeat_node(lease, now))
-                .collect(),
+            alive,
             tunings,
             node_uids: nodes
                 .iter()
@@ -150,19 +145,6 @@ impl Snapshot {
     }
 }
 
-/// The node whose agent's heartbeat `lease` is, when it is valid at `now`.
-fn heartbeat_node(lease: &Lease, now: Timestamp) -> Option<String> {
-    let node = lease
-        .metadata
-        .name
-        .as_deref()?
-        .strip_prefix(AGENT_LEASE_PREFIX)?;
-    let spec = lease.spec.as_ref()?;
-    let renewed = spec.renew_time.as_ref()?.0;
-    let valid = i64::from(spec.lease_duration_seconds?);
-    (now.as_second() <= renewed.as_second() + valid).then(|| node.to_string())
-}
-
 /// The cached NodeTunings, each replaced by the operator's own last write of it when that is
 /// newer (by resourceVersion): a reconcile that planned from a cache lagging its own writes
 /// wrote every such spec again. `writes` keeps only what is still newer than the cache (the
@@ -198,56 +180,28 @@ pub fn newest_node_tunings(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hoststack_crds::{agent_lease_name, Phase};
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use hoststack_crds::Phase;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-    use kube::api::ObjectMeta;
 
-    fn lease(name: &str, renewed: i64, seconds: Option<i32>) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                renew_time: Some(MicroTime(Timestamp::from_second(renewed).unwrap())),
-                lease_duration_seconds: seconds,
-                ..LeaseSpec::default()
-            }),
-        }
-    }
-
-    #[test]
-    fn a_node_is_alive_while_its_agents_lease_is_valid() {
-        let now = Timestamp::from_second(1_000).unwrap();
-        // (lease, alive at now)
-        let table = [
-            (lease(&agent_lease_name("a"), 990, Some(30)), Some("a")),
-            (lease(&agent_lease_name("b"), 990, Some(10)), Some("b")),
-            (lease(&agent_lease_name("c"), 960, Some(30)), None),
-            (lease(&agent_lease_name("d"), 990, None), None),
-            (lease("hoststack-operator", 999, Some(30)), None),
-        ];
-        for (lease, want) in &table {
-            assert_eq!(
-                heartbeat_node(lease, now).as_deref(),
-                *want,
-                "{:?}",
-                lease.metadata.name
-            );
-        }
-        let snap = Snapshot::new(
-            Vec::new(),
-            Vec::new(),
-            Vec::<NodeTuning>::new(),
-            table.iter().map(|(l, _)| l),
-            now,
-        );
+    #[tokio::test]
+    async fn an_agent_whose_clock_is_behind_is_alive_when_it_renews() {
+        // node-a's clock is an hour behind the operator's: its fresh renewal reads an hour old.
+        let mut skewed = crate::controller::fixtures::heartbeat("node-a");
+        let spec = skewed.spec.as_mut().unwrap();
+        spec.lease_duration_seconds = Some(30);
+        spec.renew_time = Some(MicroTime(
+            Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1),
+        ));
+        let world = crate::controller::fixtures::World {
+            heartbeats: vec![skewed],
+            ..Default::default()
+        };
+        let (ctx, _api_server) = crate::controller::Context::test(world);
         assert_eq!(
-            snap.alive.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["a", "b"]
+            ctx.snapshot().alive.into_iter().collect::<Vec<_>>(),
+            ["node-a"],
+            "a renewal judged by the agent's clock"
         );
-        assert_eq!(snap.now_secs(), 1_000);
     }
 
     #[test]
@@ -343,7 +297,7 @@ mod tests {
                 Vec::new(),
                 Vec::new(),
                 Vec::<NodeTuning>::new(),
-                [],
+                BTreeSet::new(),
                 Timestamp::from_second(1_000).unwrap(),
             )
             .with_status_writes(writes);
