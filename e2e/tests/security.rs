@@ -336,22 +336,46 @@ fn documented_planner_role() -> String {
         .to_string()
 }
 
+/// node-a's NodeTuning as the operator writes it: owned by its Node, with `spec`.
+fn node_a_tuning(lab: &Lab, spec: serde_json::Value) -> String {
+    let uid = lab.get_json(&["get", "node", "node-a"])["metadata"]["uid"].clone();
+    serde_json::json!({
+        "apiVersion": "hoststack.dev/v1alpha1",
+        "kind": "NodeTuning",
+        "metadata": {
+            "name": "node-a",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": uid}],
+        },
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// `kubectl apply --server-side` of `object` with the credentials of `kubeconfig`, under
+/// field manager `manager`.
+fn server_side_apply(lab: &Lab, kubeconfig: &Path, manager: &str, object: &str) -> Output {
+    let manager = format!("--field-manager={manager}");
+    lab.kubectl_with(
+        kubeconfig,
+        &["apply", "--server-side", &manager, "-f", "-"],
+        Some(object),
+    )
+}
+
 /// node-a's spec as the operator writes it (server-side apply as its ServiceAccount).
 fn operator_spec(lab: &Lab, sack: &str) {
-    let spec = format!(
-        r#"{{"apiVersion":"hoststack.dev/v1alpha1","kind":"NodeTuning","metadata":{{"name":"node-a"}},"spec":{{"tuning":"edge","revision":"r-{sack}","mode":"Apply","config":{{"sysctls":{{"net.ipv4.tcp_sack":"{sack}"}}}}}}}}"#
-    );
+    let spec = serde_json::json!({
+        "tuning": "edge",
+        "revision": format!("r-{sack}"),
+        "mode": "Apply",
+        "config": {"sysctls": {"net.ipv4.tcp_sack": sack}},
+    });
     allowed(
-        lab.kubectl_as(
-            Identity::Operator,
-            &[
-                "apply",
-                "--server-side",
-                "--field-manager=hoststack-operator",
-                "-f",
-                "-",
-            ],
-            Some(&spec),
+        server_side_apply(
+            lab,
+            lab.kubeconfig_of(Identity::Operator),
+            "hoststack-operator",
+            &node_a_tuning(lab, spec),
         ),
         "the operator applies node-a's spec",
     );
@@ -379,6 +403,39 @@ fn refused_spec_change(why: &str, who: &str, operation: &str, node: &str, fields
     named.sort_unstable();
     let want: Vec<String> = fields.iter().map(|f| format!("spec.{f}")).collect();
     assert_eq!(named, want, "{why}");
+}
+
+/// The spec guard's refusal of `who` changing who owns `node`'s spec (its managedFields) and no
+/// value: `changes` are the refusal's own words, e.g. `e2e-co-owner takes spec.config`.
+fn refused_ownership_change(why: &str, who: &str, node: &str, changes: &[&str]) {
+    let (head, changed) = why
+        .split_once(", which changes who owns its spec (metadata.managedFields): ")
+        .unwrap_or_else(|| panic!("not the spec guard's refusal of an ownership change: {why}"));
+    assert!(
+        head.contains("ValidatingAdmissionPolicy 'hoststack-node-spec-guard'")
+            && head.ends_with(&format!(
+                "only the hoststack operator (system:serviceaccount:{NAMESPACE}:hoststack-operator) \
+                 writes a NodeTuning spec; {who} may change only spec.preview: refusing UPDATE \
+                 of nodetuning {node}"
+            )),
+        "{why}"
+    );
+    let mut named: Vec<&str> = changed.trim().split("; ").collect();
+    named.sort_unstable();
+    assert_eq!(named, changes, "{why}");
+}
+
+/// The spec guard's refusal of `who` adding or changing `node`'s owner references.
+fn refused_owner_references(why: &str, who: &str, operation: &str, node: &str) {
+    assert!(
+        why.contains("ValidatingAdmissionPolicy 'hoststack-node-spec-guard'")
+            && why.contains(&format!(
+                "only the hoststack operator (system:serviceaccount:{NAMESPACE}:hoststack-operator) \
+                 sets the owner references of a NodeTuning; {who} may only remove one: refusing {operation} of \
+                 nodetuning {node}, which adds or changes metadata.ownerReferences"
+            )),
+        "{why}"
+    );
 }
 
 /// A merge patch of `node`'s NodeTuning with `kubeconfig`'s credentials, sent as the plugin
@@ -510,9 +567,109 @@ fn only_the_operator_writes_a_spec_the_planner_only_its_preview() {
     );
     assert_eq!(spec_of(&lab, "node-a"), written);
 
-    // The operator still writes specs.
+    // Ownership, not only values. The planner server-side applying node-a's spec exactly as it
+    // is, under a field manager of its own, changes no value; admitted, it would make the planner
+    // a co-owner of every field, which the operator's apply could then no longer withdraw.
+    let same = node_a_tuning(&lab, written.clone());
+    let why = denied(
+        server_side_apply(&lab, &planner, "e2e-co-owner", &same),
+        "the planner applying node-a's unchanged spec under its own field manager",
+    );
+    refused_ownership_change(
+        &why,
+        &planner_user,
+        "node-a",
+        &["e2e-co-owner takes spec.config, spec.mode, spec.revision, spec.tuning"],
+    );
+    // A cluster admin is no different.
+    let why = denied(
+        server_side_apply(&lab, lab.kubeconfig(), "e2e-admin", &same),
+        "an admin applying node-a's unchanged spec under its own field manager",
+    );
+    refused_ownership_change(
+        &why,
+        ADMIN_USER,
+        "node-a",
+        &["e2e-admin takes spec.config, spec.mode, spec.revision, spec.tuning"],
+    );
+    // Nor may anyone rewrite the managed fields themselves: a reset leaves the spec owned by
+    // no one, and the operator's next apply could withdraw nothing it wrote before.
+    let why = merge_patch(
+        &lab,
+        &planner,
+        "node-a",
+        r#"{"metadata":{"managedFields":[{}]}}"#,
+    )
+    .expect_err("resetting the managed fields");
+    refused_ownership_change(
+        &why,
+        &planner_user,
+        "node-a",
+        &["hoststack-operator gives up spec.config, spec.mode, spec.revision, spec.tuning"],
+    );
+
+    // The owner references are the operator's too: the garbage collector deletes a NodeTuning
+    // whose owners are gone, so an owner that is not the node (here, a uid no object has)
+    // would have the NodeTuning deleted (the host reverts) and recreated at will.
+    let forged_owner = r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"node-a","uid":"00000000-0000-0000-0000-000000000000"}]}}"#;
+    let why = merge_patch(&lab, &planner, "node-a", forged_owner)
+        .expect_err("the planner replacing node-a's owner");
+    refused_owner_references(&why, &planner_user, "UPDATE", "node-a");
+    let why = denied(
+        lab.kubectl(&[
+            "patch",
+            "nodetuning",
+            "node-a",
+            "--type=merge",
+            "-p",
+            forged_owner,
+        ]),
+        "an admin replacing node-a's owner",
+    );
+    refused_owner_references(&why, ADMIN_USER, "UPDATE", "node-a");
+    let why = lab
+        .apply_yaml(
+            "apiVersion: hoststack.dev/v1alpha1\nkind: NodeTuning\nmetadata:\n  name: node-b\n  ownerReferences:\n    - apiVersion: v1\n      kind: Node\n      name: node-b\n      uid: 00000000-0000-0000-0000-000000000000\nspec: {}\n",
+        )
+        .expect_err("an admin creating a NodeTuning with an owner");
+    refused_owner_references(&why, ADMIN_USER, "CREATE", "node-b");
+    let owners =
+        lab.get_json(&["get", "nodetuning", "node-a"])["metadata"]["ownerReferences"].clone();
+    assert_eq!(owners[0]["name"], "node-a", "{owners}");
+    assert_eq!(spec_of(&lab, "node-a"), written);
+
+    // The operator still writes specs, and withdraws what it wrote: no one else owns a field.
     operator_spec(&lab, "1");
     let rewritten = spec_of(&lab, "node-a");
     assert_eq!(rewritten["config"]["sysctls"]["net.ipv4.tcp_sack"], "1");
     assert_eq!(rewritten["revision"], "r-1");
+    allowed(
+        server_side_apply(
+            &lab,
+            lab.kubeconfig_of(Identity::Operator),
+            "hoststack-operator",
+            &node_a_tuning(&lab, serde_json::json!({"tuning": "edge", "mode": "Apply"})),
+        ),
+        "the operator withdraws node-a's config",
+    );
+    let withdrawn = spec_of(&lab, "node-a");
+    assert_eq!(
+        withdrawn,
+        serde_json::json!({"tuning": "edge", "mode": "Apply"}),
+        "the operator's withdrawal left fields behind"
+    );
+
+    // Removing the owner reference, as the garbage collector does when it orphans a Node's
+    // dependents, deletes nothing and is allowed.
+    allowed(
+        lab.kubectl(&[
+            "patch",
+            "nodetuning",
+            "node-a",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/ownerReferences"}]"#,
+        ]),
+        "an admin removing node-a's owner reference",
+    );
 }
