@@ -17,8 +17,7 @@ use hoststack_agent::reconciler::{Next, Reconciler};
 use hoststack_agent::report::{self, StatusInput, DRIFTED};
 use hoststack_agent::transaction::{Outcome, Transactor};
 use hoststack_crds::{
-    DriftPolicy, ItemResult, NodeConfig, NodeState, NodeTuning, NodeTuningSpec, NodeTuningStatus,
-    SysctlValue,
+    DriftPolicy, ItemResult, Mode, NodeConfig, NodeState, NodeTuningStatus, SysctlValue,
 };
 use proptest::prelude::*;
 
@@ -102,15 +101,14 @@ fn node_tuning(revision: &str, sysctls: &[(&str, &str)], policy: Option<DriftPol
             .sysctls
             .insert(k.to_string(), SysctlValue(v.to_string()));
     }
-    Intent::of(Some(&NodeTuning::new(
-        "node-a",
-        NodeTuningSpec {
-            tuning: Some("edge".into()),
-            revision: Some(revision.into()),
-            config: Some(config),
-            ..NodeTuningSpec::default()
-        },
-    )))
+    // Named as the test names it: the check that a spec's config hashes to its revision is
+    // `Intent::of`'s (node-agent/src/intent.rs), and these tests are about what comes after.
+    Intent::Revision {
+        tuning: "edge".into(),
+        revision: revision.into(),
+        config: Box::new(config),
+        mode: Mode::default(),
+    }
 }
 
 /// One reconcile as the controller runs it: whether a transaction ran, and the outcome.

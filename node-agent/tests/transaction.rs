@@ -572,6 +572,21 @@ fn a_preview_changes_nothing() {
 
 // --- The reconciler over the same fake host. ---
 
+/// What the reconciler is asked for by `nt`, its revision named as the test names it: the check
+/// that a spec's config hashes to its revision is `Intent::of`'s (node-agent/src/intent.rs and
+/// reconciler.rs test it); these tests are about what comes after.
+fn intent_of(nt: &NodeTuning) -> Intent {
+    match (&nt.spec.tuning, &nt.spec.config, &nt.spec.revision) {
+        (Some(tuning), Some(config), Some(revision)) => Intent::Revision {
+            tuning: tuning.clone(),
+            revision: revision.clone(),
+            config: Box::new(config.clone()),
+            mode: nt.spec.mode.unwrap_or_default(),
+        },
+        _ => Intent::of(Some(nt)),
+    }
+}
+
 fn node_tuning(revision: &str, sysctls: &[(&str, &str)], mode: Mode) -> NodeTuning {
     let mut config = NodeConfig::default();
     for (k, v) in sysctls {
@@ -610,7 +625,7 @@ fn the_reconciler_applies_settles_and_reverts() {
     let before = host.snapshot();
     let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
-    let desired = Intent::of(Some(&nt));
+    let desired = intent_of(&nt);
     let (ran, applied) = reconcile(&mut r, &desired);
     assert!(ran);
     assert_eq!(applied.state, NodeState::Applied);
@@ -630,7 +645,7 @@ fn the_reconciler_applies_settles_and_reverts() {
         mode: Some(Mode::Apply),
         ..NodeTuningSpec::default()
     };
-    let desired = Intent::of(Some(&withdrawn));
+    let desired = intent_of(&withdrawn);
     assert_eq!(desired, Intent::Withdrawn);
     let (ran, reverted) = reconcile(&mut r, &desired);
     assert!(ran);
@@ -655,7 +670,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
         &[("net.ipv4.tcp_sack", "0"), ("net.ipv4.tcp_later", "1")],
         Mode::Apply,
     );
-    let desired = Intent::of(Some(&nt));
+    let desired = intent_of(&nt);
     let (_, failed) = reconcile(&mut r, &desired);
     assert_eq!(failed.state, NodeState::Failed);
     // The key appears, but the failed revision is not retried...
@@ -671,7 +686,7 @@ fn a_failed_revision_is_not_retried_until_the_spec_changes() {
     assert_eq!(retried.state, NodeState::Applied);
     // and a new spec is tried at once.
     let nt2 = node_tuning("r2", &[("net.ipv4.tcp_sack", "1")], Mode::Apply);
-    let (ran, r2) = reconcile(&mut r, &Intent::of(Some(&nt2)));
+    let (ran, r2) = reconcile(&mut r, &intent_of(&nt2));
     assert!(ran);
     assert_eq!(r2.state, NodeState::Applied);
 }
@@ -685,7 +700,7 @@ fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
     if let Some(config) = nt.spec.config.as_mut() {
         config.userspace_stack = Some(UserspaceStack::default());
     }
-    let (ran, outcome) = reconcile(&mut r, &Intent::of(Some(&nt)));
+    let (ran, outcome) = reconcile(&mut r, &intent_of(&nt));
     assert!(!ran);
     assert_eq!(outcome.state, NodeState::Failed);
     let hp = item(&outcome, "userspaceStack");
@@ -708,7 +723,7 @@ fn a_refused_userspace_stack_fails_the_revision_and_changes_nothing() {
     // In Plan mode the same spec is Planned, with the reason it would fail.
     let mut plan = nt.clone();
     plan.spec.mode = Some(Mode::Plan);
-    let (ran, planned) = reconcile(&mut r, &Intent::of(Some(&plan)));
+    let (ran, planned) = reconcile(&mut r, &intent_of(&plan));
     assert!(!ran);
     assert_eq!(planned.state, NodeState::Planned);
     assert_eq!(
@@ -727,10 +742,10 @@ fn plan_mode_never_writes() {
     let host = FakeHost::new(BASE);
     let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let applied = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
-    reconcile(&mut r, &Intent::of(Some(&applied)));
+    reconcile(&mut r, &intent_of(&applied));
     let before = host.snapshot();
     let plan = node_tuning("r2", &[("net.ipv4.tcp_dsack", "0")], Mode::Plan);
-    let (ran, planned) = reconcile(&mut r, &Intent::of(Some(&plan)));
+    let (ran, planned) = reconcile(&mut r, &intent_of(&plan));
     assert!(!ran);
     assert_eq!(planned.state, NodeState::Planned);
     assert_eq!(
@@ -924,7 +939,7 @@ fn an_unwritable_state_dir_changes_nothing_is_no_verdict_and_the_revision_applie
     let before = host.snapshot();
     let mut r = Reconciler::new(host.transactor(), Hooks::default());
     let nt = node_tuning("r1", &[("net.ipv4.tcp_sack", "0")], Mode::Apply);
-    let desired = Intent::of(Some(&nt));
+    let desired = intent_of(&nt);
     let failed = {
         let _immutable = Immutable::new(host.state_dir.path());
         reconcile(&mut r, &desired).1
