@@ -32,7 +32,10 @@ pub mod vm;
 pub use config::{LabConfig, NodeKind, NodeSpec, VM_BOOT_TIMEOUT};
 pub use lab::kubelet::LAB_IMAGE;
 pub use lab::sweep::{sweep, SweepReport};
-pub use lab::{control_plane_dir, Identity, Lab, AGENT_METRICS_PORT, NAMESPACE, PROMETHEUS_SECRET};
+pub use lab::{
+    config_revision, control_plane_dir, Identity, Lab, AGENT_METRICS_PORT, NAMESPACE,
+    PROMETHEUS_SECRET,
+};
 pub use process::Signal;
 
 use std::time::Duration;

@@ -37,28 +37,11 @@ fn lab() -> Lab {
     Lab::start(config).expect("lab starts")
 }
 
-/// Writes the node's NodeTuning spec as the operator would (server-side apply).
-fn write_spec(lab: &Lab, revision: &str, policy: &str) {
-    let yaml = format!(
-        "apiVersion: hoststack.dev/v1alpha1\nkind: NodeTuning\nmetadata:\n  name: {NODE}\nspec:\n  tuning: drift\n  revision: {revision}\n  mode: Apply\n  config:\n    driftPolicy: {policy}\n    sysctls:\n      {KEY}: \"{DESIRED}\"\n"
-    );
-    let out = lab.kubectl_as(
-        Identity::Operator,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager",
-            "e2e-drift",
-            "-f",
-            "-",
-        ],
-        Some(&yaml),
-    );
-    assert!(
-        out.status.success(),
-        "writing the NodeTuning: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// Writes the node's NodeTuning spec as the operator would (server-side apply), under the
+/// revision its config hashes to; returns that revision.
+fn write_spec(lab: &Lab, policy: &str) -> String {
+    let config = serde_json::json!({"driftPolicy": policy, "sysctls": {KEY: DESIRED}});
+    lab.write_node_spec(Identity::Operator, NODE, "e2e-drift", "drift", &config)
 }
 
 /// Withdraws the spec (no tuning, no config) as the operator would: the agent reverts.
@@ -129,8 +112,8 @@ fn report_names_the_drifted_sysctl_and_leaves_it_changed() {
     let original = lab.sysctl(NODE, KEY);
     assert_ne!(original, DESIRED);
     assert_ne!(original, DRIFTED);
-    write_spec(&lab, "r1", "Report");
-    wait_applied(&lab, "r1");
+    let revision = write_spec(&lab, "Report");
+    wait_applied(&lab, &revision);
     wait_no_drift(&lab);
 
     lab.write_sysctl(NODE, KEY, DRIFTED);
@@ -180,8 +163,8 @@ fn report_names_the_drifted_sysctl_and_leaves_it_changed() {
 fn reapply_brings_the_value_back_and_clears_drifted() {
     let lab = lab();
     let original = lab.sysctl(NODE, KEY);
-    write_spec(&lab, "r1", "Reapply");
-    wait_applied(&lab, "r1");
+    let revision = write_spec(&lab, "Reapply");
+    wait_applied(&lab, &revision);
     wait_no_drift(&lab);
     assert_eq!(drift_total(&lab), 0);
 

@@ -32,34 +32,29 @@ const CONVERGE: Duration = Duration::from_secs(60);
 /// The field manager the test writes the spec with.
 const MANAGER: &str = "e2e-health";
 
-fn write_spec(lab: &Lab) {
-    let yaml = format!(
-        "apiVersion: hoststack.dev/v1alpha1\nkind: NodeTuning\nmetadata:\n  name: {NODE}\nspec:\n  tuning: health\n  revision: r1\n  mode: Apply\n  config:\n    sysctls:\n      net.ipv4.tcp_sack: \"1\"\n"
-    );
-    let out = lab.kubectl_as(
-        Identity::Operator,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager",
-            MANAGER,
-            "-f",
-            "-",
-        ],
-        Some(&yaml),
-    );
-    assert!(
-        out.status.success(),
-        "writing the NodeTuning: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// The config of the first revision.
+fn first_config() -> Value {
+    serde_json::json!({"sysctls": {"net.ipv4.tcp_sack": "1"}})
 }
 
-/// Moves the node to revision r2 (one more sysctl), keeping the health request.
-fn change_revision(lab: &Lab) {
-    let patch = serde_json::json!({"spec": {"revision": "r2", "config": {"sysctls": {"net.core.somaxconn": "8192"}}}});
+/// The config of the second revision: one more sysctl.
+fn second_config() -> Value {
+    serde_json::json!({"sysctls": {"net.ipv4.tcp_sack": "1", "net.core.somaxconn": "8192"}})
+}
+
+/// Writes the first revision's spec; returns the revision.
+fn write_spec(lab: &Lab) -> String {
+    lab.write_node_spec(Identity::Operator, NODE, MANAGER, "health", &first_config())
+}
+
+/// Moves the node to the second revision, keeping the health request; returns the revision.
+fn change_revision(lab: &Lab) -> String {
+    let config = second_config();
+    let revision = hoststack_e2e::config_revision(&config);
+    let patch = serde_json::json!({"spec": {"revision": revision, "config": config}});
     lab.merge_patch_node_tuning(lab.kubeconfig_of(Identity::Operator), NODE, MANAGER, &patch)
         .unwrap_or_else(|e| panic!("patching the revision: {e}"));
+    revision
 }
 
 /// Sets (or with `None` removes) `spec.healthRequest`.
@@ -109,8 +104,8 @@ fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
         ..LabConfig::with_nodes(2)
     })
     .expect("lab starts");
-    write_spec(&lab);
-    lab.wait_for(&format!("{NODE} to apply r1"), CONVERGE, || {
+    let r1 = write_spec(&lab);
+    lab.wait_for(&format!("{NODE} to apply {r1}"), CONVERGE, || {
         (object(&lab)["status"]["state"] == "Applied").then_some(())
     });
     assert!(object(&lab)["status"].get("health").is_none());
@@ -127,7 +122,7 @@ fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
     });
     eprintln!("sample: {sample}");
     assert!(number(&sample["outSegs"]) > number(&sample["retransSegs"]));
-    assert_eq!(sample["revision"], "r1");
+    assert_eq!(sample["revision"], r1.as_str());
     assert_eq!(sample["steady"], true, "{sample}");
     assert!(number(&sample["durationMs"]) >= 2000, "{sample}");
     let ratio: f64 = sample["retransmitRatio"]
@@ -161,11 +156,11 @@ fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
     // A new revision while sampling: the window the transaction ran in is credited to no
     // revision, the windows after it to the new one, and none after the change to the old one.
     let kubeconfig = lab.kubeconfig().to_path_buf();
-    let during = std::thread::scope(|scope| {
+    let (during, r2) = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| watch(&kubeconfig, 9));
         std::thread::sleep(Duration::from_secs(1));
-        change_revision(&lab);
-        watcher.join().expect("the watch")
+        let r2 = change_revision(&lab);
+        (watcher.join().expect("the watch"), r2)
     });
     eprintln!("watched across the transaction: {during:?}");
     let revisions: Vec<&str> = during
@@ -178,10 +173,13 @@ fn samples_arrive_once_per_window_while_asked_and_stop_when_not() {
         .position(|r| r.is_empty())
         .unwrap_or_else(|| panic!("no sample without a revision: {during:?}"));
     assert!(
-        revisions[unattributed..].iter().all(|r| *r != "r1"),
+        revisions[unattributed..].iter().all(|r| *r != r1),
         "{during:?}"
     );
-    assert!(revisions[unattributed..].contains(&"r2"), "{during:?}");
+    assert!(
+        revisions[unattributed..].contains(&r2.as_str()),
+        "{during:?}"
+    );
 
     // A new id: a fresh window answering it.
     ask(&lab, Some("h2"));

@@ -360,6 +360,45 @@ impl Lab {
             .unwrap_or_else(|e| panic!("patching NodeTuning {node}: {e}"))
     }
 
+    /// Writes NodeTuning `node`'s spec as the operator does (server-side apply as `identity`,
+    /// under `field_manager`): `tuning`, mode Apply, and `config` (a NodeConfig as JSON) under
+    /// the revision it hashes to, which the agent checks. Returns that revision; panics with the
+    /// API server's message when the write is refused.
+    pub fn write_node_spec(
+        &self,
+        identity: Identity,
+        node: &str,
+        field_manager: &str,
+        tuning: &str,
+        config: &serde_json::Value,
+    ) -> String {
+        let revision = config_revision(config);
+        let object = serde_json::json!({
+            "apiVersion": "hoststack.dev/v1alpha1",
+            "kind": "NodeTuning",
+            "metadata": {"name": node},
+            "spec": {"tuning": tuning, "revision": revision, "mode": "Apply", "config": config},
+        });
+        let out = self.kubectl_as(
+            identity,
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager",
+                field_manager,
+                "-f",
+                "-",
+            ],
+            Some(&object.to_string()),
+        );
+        assert!(
+            out.status.success(),
+            "writing NodeTuning {node}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        revision
+    }
+
     /// Runs kubectl with the admin kubeconfig.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl.output(args)
@@ -702,4 +741,12 @@ impl Drop for Lab {
             eprintln!("hoststack-lab teardown: {error}");
         }
     }
+}
+
+/// The revision `config` (a NodeConfig as JSON) hashes to, the one a NodeTuning's spec must
+/// carry with it; panics when it is not a NodeConfig.
+pub fn config_revision(config: &serde_json::Value) -> String {
+    serde_json::from_value::<hoststack_crds::NodeConfig>(config.clone())
+        .unwrap_or_else(|e| panic!("not a NodeConfig: {e}: {config}"))
+        .revision()
 }
