@@ -247,3 +247,167 @@ fn a_standby_writes_nothing_until_it_takes_over_from_a_crashed_leader() {
     quiet_until_it_led(&writes, Replica::LabOperator, &leader, restarted, stopped);
     lab.stop().expect("the lab stops cleanly");
 }
+
+/// A ValidatingAdmissionPolicy that refuses every write of the election Lease by the replica
+/// whose token is bound to the Pod `pod`: its renewals fail while its other requests go
+/// through, as when a partition or an overloaded API server drops only some of them.
+fn cut_lease_writes_of(pod: &str) -> String {
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: cut-lease-writes}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: ["coordination.k8s.io"]
+        apiVersions: ["*"]
+        operations: ["CREATE", "UPDATE"]
+        resources: ["leases"]
+        resourceNames: ["{LEASE}"]
+  validations:
+    - expression: >-
+        !('authentication.kubernetes.io/pod-name' in request.userInfo.extra) ||
+        request.userInfo.extra['authentication.kubernetes.io/pod-name'] != ['{pod}']
+      message: the test cuts this replica's lease writes
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: cut-lease-writes}}
+spec:
+  policyName: cut-lease-writes
+  validationActions: ["Deny"]
+"#
+    )
+}
+
+/// The replica's writes, other than of the election Lease, received after `after`.
+fn writes_after(writes: &[Write], by: Replica, after: Timestamp) -> Vec<&Write> {
+    writes
+        .iter()
+        .filter(|w| w.by == by && w.at > after && !w.on_the_lease())
+        .collect()
+}
+
+#[test]
+fn a_leader_paused_or_cut_off_from_its_lease_writes_nothing_once_the_lease_may_have_passed() {
+    let lab = Lab::start(LabConfig::with_nodes(3)).expect("lab starts");
+    let leader = lab.wait_for("the lab's operator to hold the lease", STEP, || {
+        let holder = lease_holder(&lab);
+        (!holder.is_empty()).then_some(holder)
+    });
+    lab.start_operator_replica(STANDBY);
+    lab.wait_for("the standby to wait for the lease", STEP, || {
+        let log = std::fs::read_to_string(lab.log_path(&format!("operator-{STANDBY}"))).ok()?;
+        log.contains("waiting to lead").then_some(())
+    });
+    lab.apply_yaml(
+        "apiVersion: hoststack.dev/v1alpha1\nkind: NetworkTuning\nmetadata: {name: takeover}\nspec:\n  nodeSelector: {matchLabels: {pool: edge}}\n  sysctls: {net.ipv4.tcp_sack: \"0\"}\n  rollout: {canary: 1, maxUnavailable: 1, pauseAfterCanary: 20s}\n",
+    )
+    .expect("accepted");
+    lab.wait_for("the canary to apply", STEP, || {
+        (status(&lab)["waves"][0]["result"] == "Applied").then_some(())
+    });
+
+    // 1. The leader is paused (SIGSTOP) while its canary pauses: its requeue falls due while
+    // it is stopped, and it resumes after the standby has carried the rollout on.
+    let paused = Timestamp::now();
+    lab.kill_operator(Signal::Stop);
+    lab.wait_for("the standby to take the lease over", STEP, || {
+        (lease_holder(&lab) == STANDBY).then_some(())
+    });
+    lab.wait_for("the standby to complete the rollout", STEP, || {
+        (status(&lab)["phase"] == "Complete").then_some(())
+    });
+    lab.kill_operator(Signal::Cont);
+    lab.wait_for("the resumed replica to see it lost the lease", STEP, || {
+        let log = std::fs::read_to_string(lab.log_path("operator")).ok()?;
+        log.contains("lost the lease").then_some(())
+    });
+    let writes = operator_writes(&lab);
+    let stale = writes_after(&writes, Replica::LabOperator, paused);
+    assert!(
+        stale.is_empty(),
+        "the paused leader wrote after it was stopped, when its lease may have passed: {stale:#?}"
+    );
+    assert!(
+        !writes_after(&writes, Replica::Standby, paused).is_empty(),
+        "the standby carried the rollout on, so the paused leader had something to be stale about"
+    );
+
+    // 2. The standby leads; its lease writes are cut, nothing else of it. The lab's operator
+    // comes back as the standby and takes the lease once it expires; a change of the tuning
+    // gives both replicas work.
+    lab.start_operator();
+    lab.wait_for("the lab's operator to wait for the lease", STEP, || {
+        let log = std::fs::read_to_string(lab.log_path("operator")).ok()?;
+        (log.matches("waiting to lead").count() == 2).then_some(())
+    });
+    lab.apply_yaml(&cut_lease_writes_of(STANDBY))
+        .expect("the policy is accepted");
+    let refused_renewal = lab.wait_for("a renewal of the standby to be refused", STEP, || {
+        operator_writes(&lab)
+            .into_iter()
+            .find(|w| w.by == Replica::Standby && w.on_the_lease() && w.code == 403)
+    });
+    let out = lab.kubectl(&[
+        "patch",
+        "networktuning",
+        "takeover",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"sysctls":{"net.ipv4.tcp_sack":"1"}}}"#,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    lab.wait_for("the lab's operator to take the lease over", STEP, || {
+        (lease_holder(&lab) == leader).then_some(())
+    });
+    lab.wait_for("the cut-off replica to see it lost the lease", STEP, || {
+        let log = std::fs::read_to_string(lab.log_path(&format!("operator-{STANDBY}"))).ok()?;
+        log.contains("lost the lease").then_some(())
+    });
+    lab.wait_for("the new leader to complete the rollout", STEP, || {
+        let s = status(&lab);
+        (s["phase"] == "Complete" && lab.sysctl("node-b", "net.ipv4.tcp_sack") == "1").then_some(())
+    });
+    let writes = operator_writes(&lab);
+    let last_renewal = writes
+        .iter()
+        .filter(|w| w.by == Replica::Standby && w.acquired_by(STANDBY))
+        .map(|w| w.at)
+        .max()
+        .expect("the standby renewed its lease before the cut");
+    let expiry = last_renewal + Duration::from_secs(15);
+    let late = writes_after(&writes, Replica::Standby, expiry);
+    assert!(
+        late.is_empty(),
+        "the cut-off replica wrote more than a lease duration after its last renewal \
+         ({last_renewal}; first refused at {}): {late:#?}",
+        refused_renewal.at
+    );
+    let took_over = writes
+        .iter()
+        .filter(|w| w.by == Replica::LabOperator && w.acquired_by(&leader) && w.at > paused)
+        .map(|w| w.at)
+        .min()
+        .expect("the lab's operator acquired the lease again");
+    assert!(
+        took_over >= expiry,
+        "the lease was taken over ({took_over}) before it expired ({expiry})"
+    );
+
+    lab.kubectl(&[
+        "delete",
+        "validatingadmissionpolicybinding",
+        "cut-lease-writes",
+    ]);
+    lab.kubectl(&["delete", "validatingadmissionpolicy", "cut-lease-writes"]);
+    lab.stop_operator_replica(STANDBY);
+    let out = lab.kubectl(&["delete", "networktuning", "takeover", "--timeout=60s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    lab.stop().expect("the lab stops cleanly");
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -27,9 +27,6 @@ pub enum Error {
     /// A deleted tuning still has nodes that have not confirmed their revert.
     #[error("waiting for nodes to revert: {}", .0.join(", "))]
     WaitingForRevert(Vec<String>),
-    /// Leader election failed.
-    #[error("leader election: {0}")]
-    Lease(#[from] kube_lease_manager::LeaseManagerError),
     /// The leader-election task panicked or was cancelled.
     #[error("leader election task: {0}")]
     LeaseTask(String),

@@ -8,20 +8,20 @@ use clap::{CommandFactory, Parser};
 use hoststack_crds::OPERATOR_FIELD_MANAGER;
 use hoststack_operator::config::Args;
 use hoststack_operator::daemonset::{agent_daemonset, AGENT_NAME};
-use hoststack_operator::leader::Election;
+use hoststack_operator::leader::{Election, TERMS};
 use hoststack_operator::metrics::Metrics;
 use hoststack_operator::{controller, Result};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use kube::api::{Api, Patch, PatchParams};
-use kube::{Client, Resource};
+use kube::client::ClientBuilder;
+use kube::{Client, Config, Resource};
 use tracing::{error, info};
 
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube_lease_manager=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -42,7 +42,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let client = Client::try_default().await?;
+    let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
+    // The election reads and writes its Lease with a client of its own; every other request
+    // goes through the fence, which sends a write only while this replica holds the lease.
+    let election_client = Client::try_from(config.clone())?;
     let metrics = Arc::new(Metrics::default());
     let bound = hoststack_operator::metrics::serve(args.metrics_bind_address, metrics.clone())
         .await
@@ -52,8 +55,17 @@ async fn run(args: Args) -> Result<()> {
         .identity
         .clone()
         .unwrap_or_else(|| format!("hoststack-operator-{}", std::process::id()));
-    let mut election =
-        Election::join(client.clone(), &args.namespace, &args.lease_name, &identity).await?;
+    let mut election = Election::join(
+        election_client,
+        &args.namespace,
+        &args.lease_name,
+        &identity,
+        TERMS,
+    )
+    .await?;
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&election.fence().layer())
+        .build();
     info!(identity, "waiting to lead");
     tokio::select! {
         acquired = election.acquired() => if !acquired { return election.leave().await },
