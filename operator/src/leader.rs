@@ -26,7 +26,7 @@ use hoststack_crds::OPERATOR_FIELD_MANAGER;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Client;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -403,25 +403,39 @@ fn transient(error: &kube::Error) -> bool {
     }
 }
 
-/// Creates the Lease (`lease` has no resourceVersion) or replaces it on the condition that it
-/// is still the version the decision was made from.
+/// Creates the Lease (`lease` has no resourceVersion), or patches it on the condition that it
+/// is still the version the decision was made from (a resourceVersion in a patch is a
+/// precondition: the API server answers 409 if the Lease changed since).
 async fn write(api: &Api<Lease>, name: &str, mut lease: Lease) -> kube::Result<Lease> {
-    let params = PostParams {
-        field_manager: Some(OPERATOR_FIELD_MANAGER.to_string()),
-        ..PostParams::default()
-    };
-    if lease.metadata.resource_version.is_none() {
+    let Some(version) = lease.metadata.resource_version.take() else {
         lease.metadata = ObjectMeta {
             name: Some(name.to_string()),
             ..ObjectMeta::default()
         };
-        api.create(&params, &lease).await
-    } else {
-        api.replace(name, &params, &lease).await
+        let params = PostParams {
+            field_manager: Some(OPERATOR_FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        return api.create(&params, &lease).await;
+    };
+    let mut spec = serde_json::to_value(lease.spec.unwrap_or_default())
+        .expect("a LeaseSpec serializes to JSON");
+    if let Some(spec) = spec.as_object_mut() {
+        // Absent from a merge patch, a field stays as it was: a release names the holder null.
+        spec.entry("holderIdentity")
+            .or_insert(serde_json::Value::Null);
     }
+    let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": spec});
+    let params = PatchParams {
+        field_manager: Some(OPERATOR_FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, &Patch::Merge(&patch)).await
 }
 
-/// Gives the lease up, if this replica holds it, so that a standby takes it at its next look.
+/// Gives the lease up, if this replica still provably holds it, so that a standby takes it at
+/// its next look. A lease that may have passed is left alone (another replica may hold it), and
+/// a release that fails is only logged: the lease expires by itself.
 async fn release(
     api: &Api<Lease>,
     name: &str,
@@ -429,7 +443,7 @@ async fn release(
     current: Option<Lease>,
     terms: Terms,
 ) -> Result<()> {
-    let Some(mut lease) = current.filter(|_| elector.held_until().is_some()) else {
+    let Some(mut lease) = current.filter(|_| elector.holds(Instant::now())) else {
         return Ok(());
     };
     lease.spec = Some(LeaseSpec {
@@ -437,12 +451,15 @@ async fn release(
         ..lease.spec.unwrap_or_default()
     });
     match tokio::time::timeout(terms.call_timeout, write(api, name, lease)).await {
-        Ok(result) => result.map(drop).map_err(Into::into),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(lease = %name, error = %e, "could not release the leader lease; it expires by itself")
+        }
         Err(_) => {
-            tracing::warn!(lease = %name, "releasing the leader lease timed out; it expires by itself");
-            Ok(())
+            tracing::warn!(lease = %name, "releasing the leader lease timed out; it expires by itself")
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
