@@ -6,7 +6,8 @@
 //! GSO super-packet before the driver) is reported back to the sending socket as a local error
 //! and never counted as a retransmission of a lost segment. So to make a node's own segments
 //! get lost, install the loss at its peer. [`Bulk`] runs iperf3 flows as lab helpers, its
-//! clients segmenting in software (below). Both are undone on drop.
+//! clients segmenting in software (below). [`Blackhole`] kills a node's open connections to a
+//! peer silently. All are undone on drop.
 //!
 //! A veth carries the sender's GSO super-packets whole, so a drop at the peer's ingress loses a
 //! burst of segments at once: measured with iperf3 at 50 Mbit/s on a veth pair, a 2 s window
@@ -86,6 +87,141 @@ impl Drop for Loss<'_> {
         if !out.status.success() {
             eprintln!(
                 "removing the loss table of {}: {}",
+                self.node,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// The nftables table that holds a [`Blackhole`]'s rules (in the node's namespace, and in the
+/// root namespace with the root-side veth's name after it).
+pub const BLACKHOLE_TABLE: &str = "hs_blackhole";
+
+/// Every packet of `node`'s TCP connections to `peer:port` that are open when it is installed
+/// dropped silently, each way, as when a connection dies without a FIN or a reset (a NAT entry
+/// or a load balancer forgets it); connections opened later pass. Both drops are at an ingress
+/// (the node's eth0 for the peer's packets, the node's root-side veth for its own), so that
+/// neither end's TCP learns of them (a drop on the way out is reported to the sending socket).
+/// Removed on drop.
+pub struct Blackhole<'lab> {
+    lab: &'lab Lab,
+    node: String,
+    /// The local ports of the connections it drops.
+    pub ports: Vec<u16>,
+}
+
+impl<'lab> Blackhole<'lab> {
+    /// Installs it; an error if `node` has no such connection open.
+    pub fn install(lab: &'lab Lab, node: &str, peer: Ipv4Addr, port: u16) -> Result<Self> {
+        let out = lab.exec_in_node(
+            node,
+            &[
+                "ss",
+                "-Htn",
+                "state",
+                "established",
+                "dst",
+                &format!("{peer}:{port}"),
+            ],
+        );
+        let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+        // "Recv-Q Send-Q Local:Port Peer:Port": the local port ends the third column.
+        let ports: Vec<u16> = listing
+            .lines()
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(2)?
+                    .rsplit(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        if ports.is_empty() {
+            return Err(Error::Setup(format!(
+                "{node} has no connection to {peer}:{port} open: {listing}"
+            )));
+        }
+        let set = ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let blackhole = Blackhole {
+            lab,
+            node: node.to_string(),
+            ports,
+        };
+        let to_node = format!(
+            "table netdev {BLACKHOLE_TABLE} {{\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {peer} tcp sport {port} tcp dport {{ {set} }} drop\n  }}\n}}\n"
+        );
+        nft(Some(lab.netns(node)), &to_node)?;
+        let uplink = lab.uplink_peer(node);
+        let from_node = format!(
+            "table netdev {BLACKHOLE_TABLE}_{uplink} {{\n  chain ingress {{\n    type filter hook ingress device {uplink} priority 0;\n    ip daddr {peer} tcp dport {port} tcp sport {{ {set} }} drop\n  }}\n}}\n"
+        );
+        nft(None, &from_node)?;
+        Ok(blackhole)
+    }
+}
+
+/// Runs `nft -f -` on `rules`, in network namespace `netns` (`None`: the root namespace).
+fn nft(netns: Option<&str>, rules: &str) -> Result<()> {
+    let mut command = match netns {
+        Some(netns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", netns, "nft", "-f", "-"]);
+            c
+        }
+        None => {
+            let mut c = Command::new("nft");
+            c.args(["-f", "-"]);
+            c
+        }
+    };
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io("running nft", e))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        std::io::Write::write_all(&mut stdin, rules.as_bytes())
+            .map_err(|e| Error::io("writing rules to nft", e))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::io("waiting for nft", e))?;
+    if !out.status.success() {
+        return Err(Error::Setup(format!(
+            "nft -f: {}: {rules}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+impl Drop for Blackhole<'_> {
+    fn drop(&mut self) {
+        let uplink = self.lab.uplink_peer(&self.node);
+        let outs = [
+            self.lab.exec_in_node(
+                &self.node,
+                &["nft", "delete", "table", "netdev", BLACKHOLE_TABLE],
+            ),
+            Command::new("nft")
+                .args([
+                    "delete",
+                    "table",
+                    "netdev",
+                    &format!("{BLACKHOLE_TABLE}_{uplink}"),
+                ])
+                .output()
+                .unwrap_or_else(|e| panic!("running nft: {e}")),
+        ];
+        for out in outs.iter().filter(|o| !o.status.success()) {
+            eprintln!(
+                "removing a blackhole table of {}: {}",
                 self.node,
                 String::from_utf8_lossy(&out.stderr)
             );

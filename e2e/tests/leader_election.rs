@@ -2,7 +2,10 @@
 //! until it holds the lease. The leader is SIGKILLed in the middle of a rollout, so it dies
 //! holding the lease; once the lease has expired the standby takes it and finishes the rollout
 //! without repeating or skipping a wave. Then the lab's operator comes back as the standby and
-//! takes the lease over at once when the other replica stops (SIGTERM releases the lease).
+//! takes the lease over at once when the other replica stops (SIGTERM releases the lease). A
+//! leader paused (SIGSTOP) or cut off from its Lease writes nothing once its lease may have
+//! passed, and stands by again in the same process; so does a leader whose API server stops
+//! answering for longer than the lease, which then leads again.
 //!
 //! Who wrote what, and when, comes from the API server's audit log ([`Lab::audit_events`]), not
 //! from a wait: the standby's token is bound to a Pod of its name, so its requests carry the
@@ -320,10 +323,21 @@ fn a_leader_paused_or_cut_off_from_its_lease_writes_nothing_once_the_lease_may_h
         (status(&lab)["phase"] == "Complete").then_some(())
     });
     lab.kill_operator(Signal::Cont);
-    lab.wait_for("the resumed replica to see it lost the lease", STEP, || {
-        let log = std::fs::read_to_string(lab.log_path("operator")).ok()?;
-        log.contains("lost the lease").then_some(())
-    });
+    // It stops reconciling and stands by again, in the same process: a term ends, not the
+    // replica (an API server away longer than the lease must not stop the operator).
+    lab.wait_for(
+        "the resumed replica to see it lost the lease and stand by",
+        STEP,
+        || {
+            let log = std::fs::read_to_string(lab.log_path("operator")).ok()?;
+            let after = &log[log.find("lost the lease")?..];
+            after.contains("waiting to lead").then_some(())
+        },
+    );
+    assert!(
+        lab.processes().iter().any(|(name, _)| name == "operator"),
+        "the replica that lost the lease still runs, as a standby"
+    );
     let writes = operator_writes(&lab);
     let stale = writes_after(&writes, Replica::LabOperator, paused);
     assert!(
@@ -335,9 +349,9 @@ fn a_leader_paused_or_cut_off_from_its_lease_writes_nothing_once_the_lease_may_h
         "the standby carried the rollout on, so the paused leader had something to be stale about"
     );
 
-    // 2. The standby leads, alone; its lease writes are cut, nothing else of it. Once its
-    // lease has run out by its own terms the tuning changes: a replica that still believed it
-    // led would roll the change out. Then the lab's operator comes back and takes over.
+    // 2. The standby leads; its lease writes are cut, nothing else of it. Once its lease has
+    // run out by its own terms the tuning changes: a replica that still believed it led would
+    // roll the change out. The lab's operator, standing by since step 1, takes over.
     lab.apply_yaml(&cut_lease_writes_of(STANDBY))
         .expect("the policy is accepted");
     let refused_renewal = lab.wait_for("a renewal of the standby to be refused", STEP, || {
@@ -345,13 +359,9 @@ fn a_leader_paused_or_cut_off_from_its_lease_writes_nothing_once_the_lease_may_h
             .into_iter()
             .find(|w| w.by == Replica::Standby && w.on_the_lease() && w.code >= 400)
     });
-    lab.wait_for("the standby's lease to run out", STEP, || {
-        let renewed: Timestamp = lab.get_json(&["get", "lease", LEASE, "-n", NAMESPACE])["spec"]
-            ["renewTime"]
-            .as_str()?
-            .parse()
-            .ok()?;
-        (Timestamp::now() > renewed + Duration::from_secs(16)).then_some(())
+    // The lab's operator takes the lease once it has run out (its holder's renewals refused).
+    lab.wait_for("the lab's operator to take the lease over", STEP, || {
+        (lease_holder(&lab) == leader).then_some(())
     });
     let out = lab.kubectl(&[
         "patch",
@@ -362,10 +372,6 @@ fn a_leader_paused_or_cut_off_from_its_lease_writes_nothing_once_the_lease_may_h
         r#"{"spec":{"sysctls":{"net.ipv4.tcp_sack":"1"}}}"#,
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    lab.start_operator();
-    lab.wait_for("the lab's operator to take the lease over", STEP, || {
-        (lease_holder(&lab) == leader).then_some(())
-    });
     lab.wait_for("the new leader to complete the rollout", STEP, || {
         let s = status(&lab);
         (s["phase"] == "Complete" && lab.sysctl("node-b", "net.ipv4.tcp_sack") == "1").then_some(())
@@ -409,6 +415,25 @@ fn a_leader_paused_or_cut_off_from_its_lease_writes_nothing_once_the_lease_may_h
     ]);
     lab.kubectl(&["delete", "validatingadmissionpolicy", "cut-lease-writes"]);
     lab.stop_operator_replica(STANDBY);
+
+    // 3. The lab's operator, alone, leads while the API server stops answering for longer than
+    // the lease (SIGSTOP: its connections hang, as when a control plane stalls): it loses the
+    // lease, stands by in the same process, takes the lease up again once the server answers,
+    // and reconciles: the tuning's deletion below waits on its revert finalizer.
+    let log = || std::fs::read_to_string(lab.log_path("operator")).expect("the operator's log");
+    let terms_before = log().matches("leading").count();
+    let losses_before = log().matches("lost the lease").count();
+    lab.pause_apiserver(Duration::from_secs(25));
+    lab.wait_for("the operator to lead again after the pause", STEP, || {
+        let log = log();
+        (log.matches("lost the lease").count() > losses_before
+            && log.matches("leading").count() > terms_before)
+            .then_some(())
+    });
+    assert!(
+        lab.processes().iter().any(|(name, _)| name == "operator"),
+        "the operator outlived the API server's pause"
+    );
     let out = lab.kubectl(&["delete", "networktuning", "takeover", "--timeout=60s"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     lab.stop().expect("the lab stops cleanly");

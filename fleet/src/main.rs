@@ -72,7 +72,7 @@ async fn main() -> ExitCode {
         start_rate: flags.start_rate,
     };
     let kube_config = match kube::Config::infer().await {
-        Ok(c) => c,
+        Ok(c) => hoststack_crds::api_client::bounded(c),
         Err(e) => {
             tracing::error!(error = %e, "no kubeconfig");
             return ExitCode::FAILURE;

@@ -33,7 +33,8 @@ pub async fn connect(connection: &Connection) -> Result<Client> {
         None => Config::from_kubeconfig(&options).await,
     }
     .map_err(|e| Error::Kubeconfig(e.to_string()))?;
-    Client::try_from(config).map_err(|e| Error::Kubeconfig(e.to_string()))
+    Client::try_from(hoststack_crds::api_client::bounded(config))
+        .map_err(|e| Error::Kubeconfig(e.to_string()))
 }
 
 fn missing_tuning(name: &str) -> String {

@@ -89,13 +89,14 @@ async fn follow<T>(
     if let Some(done) = step(tuning, nodes)? {
         return Ok(done);
     }
-    let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let by_name =
+        hoststack_crds::api_client::watch_config().fields(&format!("metadata.name={name}"));
     let tunings = watcher(Api::<NetworkTuning>::all(client.clone()), by_name)
         .default_backoff()
         .map(|e| e.map(drop));
     let node_tunings = watcher(
         Api::<NodeTuning>::all(client.clone()),
-        watcher::Config::default(),
+        hoststack_crds::api_client::watch_config(),
     )
     .default_backoff()
     .map(|e| e.map(drop));

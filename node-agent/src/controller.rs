@@ -71,9 +71,11 @@ pub async fn run(config: Config) -> Result<()> {
     tracing::info!(address = %bound, "serving /metrics");
     // Recovery needs no API server: put the host back in one piece first.
     node.recover()?;
-    let kube_config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
+    let kube_config = hoststack_crds::api_client::bounded(
+        kube::Config::infer()
+            .await
+            .map_err(kube::Error::InferConfig)?,
+    );
     let client = Client::try_from(kube_config.clone())?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(Error::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
@@ -183,9 +185,12 @@ impl NodeAgent {
         agent.kube_config = kube_config;
 
         let selector = format!("metadata.name={}", config.node_name);
-        let mut events = watcher::watcher(api, watcher::Config::default().fields(&selector))
-            .default_backoff()
-            .boxed();
+        let mut events = watcher::watcher(
+            api,
+            hoststack_crds::api_client::watch_config().fields(&selector),
+        )
+        .default_backoff()
+        .boxed();
         let mut resync = tokio::time::interval(config.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Delay);
         tokio::pin!(shutdown);

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Instant;
 
 use clap::{CommandFactory, Parser};
 use hoststack_crds::OPERATOR_FIELD_MANAGER;
@@ -15,7 +16,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use kube::api::{Api, Patch, PatchParams};
 use kube::client::ClientBuilder;
 use kube::{Client, Config, Resource};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -42,7 +43,9 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<()> {
-    let config = Config::infer().await.map_err(kube::Error::InferConfig)?;
+    let config = hoststack_crds::api_client::bounded(
+        Config::infer().await.map_err(kube::Error::InferConfig)?,
+    );
     // The election reads and writes its Lease with a client of its own; every other request
     // goes through the fence, which sends a write only while this replica holds the lease.
     let election_client = Client::try_from(config.clone())?;
@@ -66,13 +69,50 @@ async fn run(args: Args) -> Result<()> {
     let client = ClientBuilder::try_from(config)?
         .with_layer(&election.fence().layer())
         .build();
-    info!(identity, "waiting to lead");
-    tokio::select! {
-        acquired = election.acquired() => if !acquired { return election.leave().await },
-        _ = shutdown_signal() => return election.leave().await,
+    loop {
+        info!(identity, "waiting to lead");
+        tokio::select! {
+            acquired = election.acquired() => if !acquired { break },
+            _ = shutdown_signal() => break,
+        }
+        info!(identity, "leading");
+        match lead(&args, client.clone(), &identity, metrics.clone(), &election).await {
+            Ok(Term::Shutdown) => break,
+            // A leader that loses the lease stops reconciling and stands by again, in this
+            // process: the API server away longer than the lease (a restart) ends a term,
+            // not the replica.
+            Ok(Term::LeaseLost) => warn!(identity, "lost the lease; stopped reconciling"),
+            Err(e) if !election.fence().open(Instant::now()) => {
+                warn!(identity, error = %e, "lost the lease; stopped reconciling")
+            }
+            Err(e) => {
+                election.leave().await?;
+                return Err(e);
+            }
+        }
     }
-    info!(identity, "leading");
+    election.leave().await?;
+    info!("stopped");
+    Ok(())
+}
 
+/// How a term as leader ended.
+enum Term {
+    /// SIGTERM or SIGINT: the replica stops.
+    Shutdown,
+    /// The lease may have passed: the replica stands by again.
+    LeaseLost,
+}
+
+/// One term as leader: applies the agent DaemonSet and reconciles until the lease may have
+/// passed or the replica is asked to stop.
+async fn lead(
+    args: &Args,
+    client: Client,
+    identity: &str,
+    metrics: Arc<Metrics>,
+    election: &Election,
+) -> Result<Term> {
     let mut agents = agent_daemonset(&args.namespace, &args.agent);
     if let Some(owner) = &args.owner_deployment {
         let deployment = Api::<Deployment>::namespaced(client.clone(), &args.namespace)
@@ -90,31 +130,25 @@ async fn run(args: Args) -> Result<()> {
         .await?;
 
     let lost = election.lost();
-    let (lost_tx, mut lost_rx) = tokio::sync::oneshot::channel::<bool>();
+    let (ended_tx, mut ended_rx) = tokio::sync::oneshot::channel::<Term>();
     let stop = async move {
-        let lost_lease = tokio::select! {
-            _ = lost => true,
-            _ = shutdown_signal() => false,
+        let term = tokio::select! {
+            _ = lost => Term::LeaseLost,
+            _ = shutdown_signal() => Term::Shutdown,
         };
-        let _ = lost_tx.send(lost_lease);
+        let _ = ended_tx.send(term);
     };
     controller::run(
         client,
-        &identity,
+        identity,
         &args.namespace,
         args.revert_timeout,
-        args.prometheus,
+        args.prometheus.clone(),
         metrics,
         stop,
     )
     .await?;
-    election.leave().await?;
-    if lost_rx.try_recv().unwrap_or(false) {
-        error!("lost the lease; exiting so that a restart rejoins the election");
-        return Err(hoststack_operator::Error::LeaseTask("lease lost".into()));
-    }
-    info!("stopped");
-    Ok(())
+    Ok(ended_rx.try_recv().unwrap_or(Term::Shutdown))
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -567,6 +567,20 @@ impl Lab {
             .unwrap_or_else(|e| panic!("restarting the API server: {e}"));
     }
 
+    /// Pauses the API server (SIGSTOP) for `pause`, then resumes it (SIGCONT): its sockets
+    /// stay open and accept connections, and nothing answers, as when a control plane stalls or
+    /// a connection dies silently; pooled connections and watches hang until it resumes.
+    pub fn pause_apiserver(&self, pause: Duration) {
+        let signal = |signal| {
+            self.control_plane
+                .signal(Member::ApiServer, signal)
+                .unwrap_or_else(|e| panic!("pausing the API server: {e}"))
+        };
+        signal(Signal::Stop);
+        std::thread::sleep(pause);
+        signal(Signal::Cont);
+    }
+
     /// Cuts the power of VM node `node` (SIGKILL of its qemu): its guest and agent stop at
     /// once, mid-write if they were writing; its share (the agent's state directory) stays.
     pub fn cut_vm_power(&self, node: &str) {

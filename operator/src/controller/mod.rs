@@ -102,7 +102,7 @@ pub async fn run(
         nodes_writer,
         watcher(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
-            watcher::Config::default(),
+            hoststack_crds::api_client::watch_config(),
         )
         .modify(forget_managed_fields),
     )
@@ -117,7 +117,7 @@ pub async fn run(
         nt_writer,
         watcher(
             Api::<NodeTuning>::all(client.clone()),
-            watcher::Config::default(),
+            hoststack_crds::api_client::watch_config(),
         )
         .modify(forget_managed_fields),
     )
@@ -135,7 +135,7 @@ pub async fn run(
         hb_writer,
         watcher(
             Api::<Lease>::namespaced(client.clone(), namespace),
-            watcher::Config::default(),
+            hoststack_crds::api_client::watch_config(),
         )
         .modify(forget_managed_fields),
     )
@@ -156,15 +156,18 @@ pub async fn run(
     // A tuning created, edited or being deleted can change who governs which node (a node it
     // lets go goes to another tuning, as a staged rollout of that one): every tuning looks
     // again. Status writes change neither, and trigger nothing here.
-    let tuning_events = watcher(tunings_api.clone(), watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .inspect({
-            let metrics = metrics.clone();
-            move |_| metrics.watch_event("networktunings")
-        })
-        .predicate_filter(selection_inputs, Default::default())
-        .map(|_| ());
+    let tuning_events = watcher(
+        tunings_api.clone(),
+        hoststack_crds::api_client::watch_config(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .inspect({
+        let metrics = metrics.clone();
+        move |_| metrics.watch_event("networktunings")
+    })
+    .predicate_filter(selection_inputs, Default::default())
+    .map(|_| ());
     // Any change of a node's labels or of an agent's report can change any tuning's outcome
     // (selection, conflicts, status), so it reconciles them all.
     let triggers = futures::stream::select(
@@ -172,7 +175,7 @@ pub async fn run(
         futures::stream::select(heartbeat_events, tuning_events),
     );
 
-    let controller = Controller::new(tunings_api, watcher::Config::default());
+    let controller = Controller::new(tunings_api, hoststack_crds::api_client::watch_config());
     let reporter = Reporter {
         controller: OPERATOR_FIELD_MANAGER.into(),
         instance: Some(identity.to_string()),

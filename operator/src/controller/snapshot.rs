@@ -128,11 +128,11 @@ impl Snapshot {
             }
             Some(Ordering::Equal | Ordering::Less) => Cow::Borrowed(tuning),
             None => {
-                tracing::debug!(
+                tracing::warn!(
                     tuning = %tuning.name_any(),
                     cached,
                     written,
-                    "resourceVersions that are not integers; planning from the cache"
+                    "resourceVersions that are not integers (docs/install.md, Requirements); planning from the cache, which may lag the operator's own writes"
                 );
                 Cow::Borrowed(tuning)
             }
@@ -161,10 +161,20 @@ pub fn newest_node_tunings(
         .map(|nt| {
             let name = nt.name_any();
             let newer = writes.get(&name).filter(|w| {
-                resource_version::compare(
+                let (written, cached) = (
                     w.metadata.resource_version.as_deref(),
                     nt.metadata.resource_version.as_deref(),
-                ) == Some(Ordering::Greater)
+                );
+                let order = resource_version::compare(written, cached);
+                if order.is_none() {
+                    tracing::warn!(
+                        node_tuning = %name,
+                        cached,
+                        written,
+                        "resourceVersions that are not integers (docs/install.md, Requirements); planning from the cache, which may lag the operator's own writes"
+                    );
+                }
+                order == Some(Ordering::Greater)
             });
             match newer {
                 Some(w) => w.clone(),

@@ -29,6 +29,16 @@ pub(crate) enum Member {
     ApiServer,
 }
 
+impl Member {
+    /// Where it is in the control plane's processes (etcd starts first).
+    fn index(self) -> usize {
+        match self {
+            Member::Etcd => 0,
+            Member::ApiServer => 1,
+        }
+    }
+}
+
 /// The lab's etcd and kube-apiserver.
 pub(crate) struct ControlPlane {
     lab_dir: PathBuf,
@@ -98,10 +108,7 @@ impl ControlPlane {
     pub fn restart(&self, spawner: &Spawner, member: Member, signal: Signal) -> Result<()> {
         {
             let mut processes = self.processes();
-            let index = match member {
-                Member::Etcd => 0,
-                Member::ApiServer => 1,
-            };
+            let index = member.index();
             let process = processes
                 .get_mut(index)
                 .ok_or_else(|| Error::Setup(format!("{member:?} was never started")))?;
@@ -117,6 +124,17 @@ impl ControlPlane {
             Member::Etcd => self.await_etcd(),
             Member::ApiServer => Ok(()),
         }
+    }
+
+    /// Sends `signal` to `member` and returns at once (SIGSTOP and SIGCONT pause and resume it).
+    pub fn signal(&self, member: Member, signal: Signal) -> Result<()> {
+        let mut processes = self.processes();
+        let process = processes
+            .get_mut(member.index())
+            .ok_or_else(|| Error::Setup(format!("{member:?} was never started")))?;
+        process
+            .signal(signal)
+            .map_err(|e| Error::io(format!("signalling {}", process.name), e))
     }
 
     /// Starts kube-apiserver on `bridge` (port 6443 if free there, else any free port), with
