@@ -350,8 +350,14 @@ async fn run(
             Ok(Err(e)) if transient(&e) => {
                 tracing::warn!(lease = %name, error = %e, "could not read the leader lease; trying again")
             }
-            // An answer that will not change (a forbidden Lease): the election ends with it.
-            Ok(Err(e)) => return Err(e.into()),
+            // A refusal is tried again too: an API server that has just restarted refuses
+            // everything for a moment, until its authorizer has read the RBAC objects. Where
+            // it persists, the Role lacks the Lease's verbs (docs/install.md).
+            Ok(Err(e)) => tracing::error!(
+                lease = %name,
+                error = %e,
+                "the API server refused to read the leader lease; trying again (the operator's Role must allow get, create and patch on it)"
+            ),
             Err(_) => tracing::warn!(lease = %name, "reading the leader lease timed out"),
         }
         let mut wait = match elector.next(Instant::now()) {

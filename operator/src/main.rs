@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
 use hoststack_crds::OPERATOR_FIELD_MANAGER;
@@ -85,9 +85,16 @@ async fn run(args: Args) -> Result<()> {
             Err(e) if !election.fence().open(Instant::now()) => {
                 warn!(identity, error = %e, "lost the lease; stopped reconciling")
             }
+            // The API server refused or failed a call the term cannot go on without (an API
+            // server that has just restarted refuses everything until its authorizer has
+            // synced; CRDs that are not installed answer 404 until they are): the term ends,
+            // and the next one starts after a pause, while this replica keeps the lease.
             Err(e) => {
-                election.leave().await?;
-                return Err(e);
+                error!(identity, error = %e, "the term as leader failed; trying again in {TERM_RETRY:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(TERM_RETRY) => {}
+                    _ = shutdown_signal() => break,
+                }
             }
         }
     }
@@ -95,6 +102,9 @@ async fn run(args: Args) -> Result<()> {
     info!("stopped");
     Ok(())
 }
+
+/// How long a replica that holds the lease waits before it leads again after a failed term.
+const TERM_RETRY: Duration = Duration::from_secs(5);
 
 /// How a term as leader ended.
 enum Term {
