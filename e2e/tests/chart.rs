@@ -236,6 +236,9 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
             "minimal-values.yaml" => {
                 assert!(!has("ValidatingAdmissionPolicy/hoststack-agent-own-node"));
                 assert!(!has("ValidatingAdmissionPolicy/hoststack-node-spec-guard"));
+                assert!(!has(
+                    "ValidatingAdmissionPolicy/hoststack-operator-node-label"
+                ));
                 assert!(
                     !kinds.iter().any(|k| k.starts_with("ConfigMap/")),
                     "{kinds:?}"
@@ -299,6 +302,12 @@ fn the_chart_lints_and_every_values_file_renders_objects_the_api_server_accepts(
                 assert!(has("ValidatingAdmissionPolicy/hoststack-node-spec-guard"));
                 assert!(has(
                     "ValidatingAdmissionPolicyBinding/hoststack-node-spec-guard"
+                ));
+                assert!(has(
+                    "ValidatingAdmissionPolicy/hoststack-operator-node-label"
+                ));
+                assert!(has(
+                    "ValidatingAdmissionPolicyBinding/hoststack-operator-node-label"
                 ));
                 assert_eq!(
                     kinds.iter().filter(|k| k.starts_with("ConfigMap/")).count(),

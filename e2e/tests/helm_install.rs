@@ -633,6 +633,11 @@ fn helm_install_upgrade_interrupt_and_uninstall_on_a_real_pool() {
             "validatingadmissionpolicybinding",
             "hoststack-node-spec-guard",
         ),
+        ("validatingadmissionpolicy", "hoststack-operator-node-label"),
+        (
+            "validatingadmissionpolicybinding",
+            "hoststack-operator-node-label",
+        ),
     ] {
         let out = lab.kubectl(&["get", kind, name, "-n", NAMESPACE]);
         assert!(

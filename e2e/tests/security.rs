@@ -1,12 +1,14 @@
 //! Least privilege, proven against the lab's real API server (RBAC and the chart's
 //! ValidatingAdmissionPolicies on): what each identity of the chart may and may not do, and
 //! that only the operator writes a NodeTuning's spec (the planner, and even an admin, only its
-//! `spec.preview`).
+//! `spec.preview`), while the operator writes no DaemonSet but the agents' and nothing of a Node
+//! but its agent label.
 //!
 //! The lab applies the chart's ServiceAccounts, RBAC and write guard, and gives each node's agent
 //! a token bound to a Pod on that node (`Lab::agent_kubeconfig`), as a DaemonSet pod's projected
 //! token is. No operator or agent runs here, so every write below is the test's own.
 
+use hoststack_crds::{AGENT_NODE_LABEL, OPERATOR_FIELD_MANAGER};
 use hoststack_e2e::{Identity, Lab, LabConfig, NAMESPACE};
 use std::path::Path;
 use std::process::Output;
@@ -315,6 +317,294 @@ fn the_operator_cannot_write_node_status_and_can_i_matches_the_expectation() {
             allowed(lab.kubectl_as_agent_of("node-a", &args, None), "can-i")
         );
     }
+}
+
+/// A DaemonSet `name` in the release namespace, the smallest one the API server accepts.
+fn daemonset(name: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "agent", "image": "hoststack:e2e"}]},
+            },
+        },
+    })
+    .to_string()
+}
+
+#[test]
+fn the_operator_writes_the_agent_daemonset_and_no_other() {
+    let lab = lab();
+    let operator = lab.kubeconfig_of(Identity::Operator);
+
+    // The agent DaemonSet, by server-side apply as the operator writes it: the first apply
+    // creates it, the next one patches it.
+    for round in ["creates", "patches"] {
+        allowed(
+            server_side_apply(
+                &lab,
+                operator,
+                OPERATOR_FIELD_MANAGER,
+                &daemonset("hoststack-agent"),
+            ),
+            &format!("the operator {round} the agent DaemonSet"),
+        );
+    }
+    let agents = lab.get_json(&["get", "daemonset", "hoststack-agent", "-n", NAMESPACE]);
+    assert_eq!(
+        agents["spec"]["template"]["spec"]["containers"][0]["image"],
+        "hoststack:e2e"
+    );
+
+    // Any other DaemonSet of the namespace: refused, whether the apply would create or patch.
+    let why = denied(
+        server_side_apply(&lab, operator, OPERATOR_FIELD_MANAGER, &daemonset("forged")),
+        "the operator applying (creating) another DaemonSet",
+    );
+    assert!(
+        why.contains("cannot patch resource \"daemonsets\" in API group \"apps\""),
+        "{why}"
+    );
+    lab.apply_yaml(&daemonset("forged"))
+        .expect("an admin creates another DaemonSet");
+    let forged = lab.get_json(&["get", "daemonset", "forged", "-n", NAMESPACE]);
+    let why = denied(
+        server_side_apply(&lab, operator, OPERATOR_FIELD_MANAGER, &daemonset("forged")),
+        "the operator applying (patching) another DaemonSet",
+    );
+    assert!(
+        why.contains("cannot patch resource \"daemonsets\" in API group \"apps\""),
+        "{why}"
+    );
+    let unchanged = lab.get_json(&["get", "daemonset", "forged", "-n", NAMESPACE]);
+    assert_eq!(
+        unchanged["metadata"]["resourceVersion"], forged["metadata"]["resourceVersion"],
+        "the refused apply wrote DaemonSet forged"
+    );
+    // A plain create (POST) names no object in its path, so a rule with resourceNames never
+    // grants it: not even of the agent DaemonSet's own name.
+    for name in ["hoststack-agent-2", "hoststack-agent"] {
+        let why = denied(
+            lab.kubectl_as(
+                Identity::Operator,
+                &["create", "-f", "-"],
+                Some(&daemonset(name)),
+            ),
+            &format!("the operator creating DaemonSet {name} by POST"),
+        );
+        assert!(
+            why.contains("cannot create resource \"daemonsets\" in API group \"apps\""),
+            "{why}"
+        );
+    }
+
+    // Why resourceNames can narrow `create` here: a server-side apply of an object that does
+    // not exist is authorized twice, as `patch` and then as `create` of the name in its path.
+    // An identity of the test's own that may patch every DaemonSet but create only one name
+    // shows the second check.
+    let role = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: e2e-daemonsets\n  namespace: {NAMESPACE}\nrules:\n  - apiGroups: [apps]\n    resources: [daemonsets]\n    verbs: [patch]\n  - apiGroups: [apps]\n    resources: [daemonsets]\n    resourceNames: [e2e-named]\n    verbs: [create]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: e2e-daemonsets\n  namespace: {NAMESPACE}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: e2e-daemonsets\nsubjects:\n  - kind: ServiceAccount\n    name: e2e-daemonsets\n    namespace: {NAMESPACE}\n"
+    );
+    lab.apply_yaml(&role).expect("the test identity's RBAC");
+    let patcher = lab.service_account_kubeconfig("e2e-daemonsets");
+    allowed(
+        server_side_apply(&lab, &patcher, "e2e", &daemonset("e2e-named")),
+        "creating the one DaemonSet name the identity may create, by server-side apply",
+    );
+    let why = denied(
+        server_side_apply(&lab, &patcher, "e2e", &daemonset("e2e-other")),
+        "creating another DaemonSet by server-side apply, with patch on every DaemonSet",
+    );
+    assert!(
+        why.contains(
+            "User \"system:serviceaccount:hoststack-system:e2e-daemonsets\" cannot create \
+             resource \"daemonsets\" in API group \"apps\""
+        ),
+        "{why}"
+    );
+    let out = lab.kubectl(&["get", "daemonset", "e2e-other", "-n", NAMESPACE]);
+    assert!(!out.status.success(), "e2e-other was created");
+}
+
+/// Node node-a as the operator applies it: `labels` and nothing else, or with `spec`.
+fn node_a(labels: serde_json::Value, spec: Option<serde_json::Value>) -> serde_json::Value {
+    let mut node = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a", "labels": labels},
+    });
+    if let Some(spec) = spec {
+        node["spec"] = spec;
+    }
+    node
+}
+
+/// The operator's node guard's refusal of a change of node-a that changes `changes`.
+fn refused_node_change(why: &str, changes: &str) {
+    assert!(
+        why.contains("ValidatingAdmissionPolicy 'hoststack-operator-node-label'")
+            && why.ends_with(&format!(
+                "the hoststack operator may change only the label hoststack.dev/agent (to true, \
+                 or remove it) of a Node: refusing UPDATE of node node-a, which changes {changes}"
+            )),
+        "{why}"
+    );
+}
+
+#[test]
+fn the_operator_changes_only_the_agent_label_of_a_node() {
+    let lab = lab();
+    let operator = lab.kubeconfig_of(Identity::Operator);
+    let before = lab.get_json(&["get", "node", "node-a"]);
+    assert!(before["metadata"]["labels"][AGENT_NODE_LABEL].is_null());
+
+    // The operator's one write of a Node: its agent label, by server-side apply (forced, under
+    // its field manager, as operator/src/controller/effects.rs sends it).
+    lab.apply_node(
+        operator,
+        OPERATOR_FIELD_MANAGER,
+        &node_a(serde_json::json!({AGENT_NODE_LABEL: "true"}), None),
+    )
+    .expect("the operator labels node-a for an agent");
+    let labelled = lab.get_json(&["get", "node", "node-a"]);
+    assert_eq!(labelled["metadata"]["labels"][AGENT_NODE_LABEL], "true");
+
+    // RBAC lets it patch every field of every Node; the node guard refuses all but that label.
+    let forged_owner = serde_json::json!({"metadata": {"ownerReferences": [{
+        "apiVersion": "v1", "kind": "Node", "name": "node-b",
+        "uid": "00000000-0000-0000-0000-000000000000",
+    }]}});
+    for (what, patch, changes) in [
+        (
+            "another label",
+            serde_json::json!({"metadata": {"labels": {"pool": "forged"}}}),
+            "metadata.labels[pool]",
+        ),
+        (
+            "a new label",
+            serde_json::json!({"metadata": {"labels": {"e2e": "forged"}}}),
+            "metadata.labels[e2e]",
+        ),
+        (
+            "the removal of another label",
+            serde_json::json!({"metadata": {"labels": {"kubernetes.io/os": null}}}),
+            "metadata.labels[kubernetes.io/os]",
+        ),
+        (
+            "its agent label to another value",
+            serde_json::json!({"metadata": {"labels": {AGENT_NODE_LABEL: "maybe"}}}),
+            "metadata.labels[hoststack.dev/agent] to a value other than true",
+        ),
+        (
+            "an annotation",
+            serde_json::json!({"metadata": {"annotations": {"e2e": "forged"}}}),
+            "metadata.annotations",
+        ),
+        (
+            "a finalizer",
+            serde_json::json!({"metadata": {"finalizers": ["e2e.hoststack.dev/forged"]}}),
+            "metadata.finalizers",
+        ),
+        (
+            "an owner reference",
+            forged_owner,
+            "metadata.ownerReferences",
+        ),
+        (
+            "its schedulability",
+            serde_json::json!({"spec": {"unschedulable": true}}),
+            "spec",
+        ),
+        (
+            "a taint",
+            serde_json::json!({"spec": {"taints": [{"key": "e2e", "effect": "NoExecute"}]}}),
+            "spec",
+        ),
+    ] {
+        let why = lab
+            .merge_patch_node(operator, "node-a", OPERATOR_FIELD_MANAGER, &patch)
+            .expect_err(&format!("the operator's merge patch of {what} of node-a"));
+        refused_node_change(&why, changes);
+    }
+    // Its own way of writing, server-side apply, is judged the same: another label or a taint
+    // riding along with the agent label.
+    for (what, object, changes) in [
+        (
+            "another label",
+            node_a(
+                serde_json::json!({AGENT_NODE_LABEL: "true", "pool": "forged"}),
+                None,
+            ),
+            "metadata.labels[pool]",
+        ),
+        (
+            "a taint",
+            node_a(
+                serde_json::json!({AGENT_NODE_LABEL: "true"}),
+                Some(serde_json::json!({"taints": [{"key": "e2e", "effect": "NoSchedule"}]})),
+            ),
+            "spec",
+        ),
+    ] {
+        let why = lab
+            .apply_node(operator, OPERATOR_FIELD_MANAGER, &object)
+            .expect_err(&format!("the operator's apply of {what} of node-a"));
+        refused_node_change(&why, changes);
+    }
+    let after_refusals = lab.get_json(&["get", "node", "node-a"]);
+    assert_eq!(
+        after_refusals["metadata"]["resourceVersion"], labelled["metadata"]["resourceVersion"],
+        "a refused request wrote node-a"
+    );
+
+    // And it removes its label: the apply without it.
+    lab.apply_node(
+        operator,
+        OPERATOR_FIELD_MANAGER,
+        &node_a(serde_json::json!({}), None),
+    )
+    .expect("the operator removes node-a's agent label");
+    let after = lab.get_json(&["get", "node", "node-a"]);
+    for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
+        assert_eq!(
+            after["metadata"][field], before["metadata"][field],
+            "node-a's metadata.{field}"
+        );
+    }
+    assert_eq!(after["spec"], before["spec"], "node-a's spec");
+
+    // An agent label that someone else set to another value is no change of the operator's:
+    // its apply that leaves it as it is goes through.
+    allowed(
+        lab.kubectl(&["label", "node", "node-a", "hoststack.dev/agent=false"]),
+        "an admin sets node-a's agent label to false",
+    );
+    lab.apply_node(
+        operator,
+        OPERATOR_FIELD_MANAGER,
+        &node_a(serde_json::json!({}), None),
+    )
+    .expect("the operator's apply that leaves an admin's agent label as it is");
+    let node = lab.get_json(&["get", "node", "node-a"]);
+    assert_eq!(node["metadata"]["labels"][AGENT_NODE_LABEL], "false");
+    allowed(
+        lab.kubectl(&["label", "node", "node-a", "hoststack.dev/agent-"]),
+        "an admin removes node-a's agent label",
+    );
+
+    // The guard judges the operator alone: an admin still labels a Node.
+    allowed(
+        lab.kubectl(&["label", "node", "node-a", "e2e=admin"]),
+        "an admin labels node-a",
+    );
+    allowed(
+        lab.kubectl(&["label", "node", "node-a", "e2e-"]),
+        "an admin removes the label",
+    );
 }
 
 /// docs/kubectl-plugin.md, the ClusterRole `kubectl hoststack plan` needs (the YAML block after

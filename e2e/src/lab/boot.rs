@@ -18,6 +18,8 @@ use super::{bpffs, kubelet, network, sweep, Lab};
 use crate::config::{LabConfig, NodeKind};
 use crate::process::{kill_processes_of, Spawner};
 use crate::{Error, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -205,8 +207,9 @@ impl Lab {
     /// Waits until the API server enforces the chart's ValidatingAdmissionPolicies. It loads a
     /// new policy and binding a moment after they are stored (from its informers), and until
     /// then lets through what they would refuse. Each is probed with a server-side dry run that
-    /// only it refuses: an unbound agent token creating a heartbeat Lease (the write guard), and
-    /// the admin creating a NodeTuning with a config (the spec guard).
+    /// only it refuses: an unbound agent token creating a heartbeat Lease (the write guard), the
+    /// admin creating a NodeTuning with a config (the spec guard), and the operator's merge
+    /// patch of a label other than its own on the first Node (the operator's node guard).
     fn await_write_guards(&self) -> Result<()> {
         let lease = format!(
             "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{\"name\":\"hoststack-agent-guard-probe\",\"namespace\":\"{NAMESPACE}\"}}}}"
@@ -229,6 +232,32 @@ impl Lab {
                         Some(object),
                     );
                     !out.status.success() && String::from_utf8_lossy(&out.stderr).contains(&refusal)
+                },
+            )?;
+        }
+        // One PATCH and nothing else, as the operator writes: `kubectl patch` GETs the Node
+        // first, which the operator's RBAC refuses before any policy is asked.
+        if let Some(node) = self.nodes.names().first() {
+            let refusal = "ValidatingAdmissionPolicy 'hoststack-operator-node-label'";
+            let kubeconfig = self.kubeconfigs.of(Identity::Operator);
+            let params = PatchParams {
+                dry_run: true,
+                field_manager: Some("hoststack-lab-guard-probe".into()),
+                ..PatchParams::default()
+            };
+            let label =
+                serde_json::json!({"metadata": {"labels": {"hoststack.dev/guard-probe": "true"}}});
+            self.control_plane.await_ready(
+                &format!("the API server to enforce {refusal}"),
+                Duration::from_secs(60),
+                || {
+                    let answer = self.kubectl.patch_as::<Node>(
+                        kubeconfig,
+                        node,
+                        &params,
+                        &Patch::Merge(&label),
+                    );
+                    matches!(answer, Ok(Err(why)) if why.contains(refusal))
                 },
             )?;
         }

@@ -109,20 +109,43 @@ impl Kubectl {
         field_manager: &str,
         patch: &serde_json::Value,
     ) -> Result<std::result::Result<(), String>> {
+        let params = kube::api::PatchParams {
+            field_manager: Some(field_manager.to_string()),
+            ..Default::default()
+        };
+        self.patch_as::<hoststack_crds::NodeTuning>(
+            kubeconfig,
+            node,
+            &params,
+            &kube::api::Patch::Merge(patch),
+        )
+    }
+
+    /// One PATCH of the cluster-scoped object `name` (a `K`) with the credentials in
+    /// `kubeconfig`, no GET first (which `kubectl patch` makes, and `kubectl apply
+    /// --server-side` replaces with a migration of client-side-apply objects' managed fields):
+    /// sent as the operator sends its writes. `Ok(Err(message))` with the API server's message
+    /// when it refuses it; `Err` when it cannot be sent.
+    pub fn patch_as<K>(
+        &self,
+        kubeconfig: &Path,
+        name: &str,
+        params: &kube::api::PatchParams,
+        patch: &kube::api::Patch<&serde_json::Value>,
+    ) -> Result<std::result::Result<(), String>>
+    where
+        K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::io("starting a tokio runtime", e))?;
         runtime.block_on(async {
             let client = self.client_as(kubeconfig).await?;
-            let params = kube::api::PatchParams {
-                field_manager: Some(field_manager.to_string()),
-                ..Default::default()
-            };
-            let written = kube::Api::<hoststack_crds::NodeTuning>::all(client)
-                .patch(node, &params, &kube::api::Patch::Merge(patch))
-                .await;
-            match written {
+            match kube::Api::<K>::all(client).patch(name, params, patch).await {
                 Ok(_) => Ok(Ok(())),
                 Err(kube::Error::Api(status)) => Ok(Err(status.message)),
                 Err(e) => Err(Error::Kube(e.to_string())),
@@ -156,9 +179,9 @@ impl Kubectl {
         command::output(&mut helm, None).unwrap_or_else(|e| panic!("running helm: {e}"))
     }
 
-    /// `helm template` of `chart`'s ServiceAccounts, RBAC, per-node write guard and spec guard
-    /// (the ValidatingAdmissionPolicies) into `namespace`, the operator allowed to read the
-    /// Prometheus gate's Secret [`PROMETHEUS_SECRET`].
+    /// `helm template` of `chart`'s ServiceAccounts, RBAC, per-node write guard, spec guard and
+    /// operator's node guard (the ValidatingAdmissionPolicies) into `namespace`, the operator
+    /// allowed to read the Prometheus gate's Secret [`PROMETHEUS_SECRET`].
     pub fn render_chart_rbac(&self, chart: &Path, namespace: &str) -> Result<String> {
         let chart = chart.to_str().expect("UTF-8 path");
         let secret = format!("prometheus.secretName={PROMETHEUS_SECRET}");
@@ -178,6 +201,8 @@ impl Kubectl {
             "templates/node-write-guard.yaml",
             "--show-only",
             "templates/node-spec-guard.yaml",
+            "--show-only",
+            "templates/operator-node-guard.yaml",
             "--set",
             &secret,
         ]);

@@ -44,6 +44,7 @@ use binaries::Binaries;
 use control_plane::kubeconfigs::Kubeconfigs;
 use control_plane::{ControlPlane, Member};
 use exec::InNode;
+use k8s_openapi::api::core::v1::Node;
 use kubectl::Kubectl;
 use nodes::Nodes;
 use slot::Slot;
@@ -358,6 +359,44 @@ impl Lab {
         self.kubectl
             .merge_patch_node_tuning(kubeconfig, node, field_manager, patch)
             .unwrap_or_else(|e| panic!("patching NodeTuning {node}: {e}"))
+    }
+
+    /// A JSON merge patch of Node `node` with the credentials in `kubeconfig`, under
+    /// `field_manager`: one PATCH, no GET first (the operator may not get a Node). `Err` with
+    /// the API server's message when it refuses the patch; panics when it cannot be sent.
+    pub fn merge_patch_node(
+        &self,
+        kubeconfig: &Path,
+        node: &str,
+        field_manager: &str,
+        patch: &serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        let params = kube::api::PatchParams {
+            field_manager: Some(field_manager.to_string()),
+            ..Default::default()
+        };
+        self.kubectl
+            .patch_as::<Node>(kubeconfig, node, &params, &kube::api::Patch::Merge(patch))
+            .unwrap_or_else(|e| panic!("patching Node {node}: {e}"))
+    }
+
+    /// A server-side apply of Node `object` (its `metadata.name`) with the credentials in
+    /// `kubeconfig`, forced, under `field_manager`: as the operator sets and removes its agent
+    /// label. `Err` with the API server's message when it refuses the apply; panics when it
+    /// cannot be sent.
+    pub fn apply_node(
+        &self,
+        kubeconfig: &Path,
+        field_manager: &str,
+        object: &serde_json::Value,
+    ) -> std::result::Result<(), String> {
+        let node = object["metadata"]["name"]
+            .as_str()
+            .expect("a Node object with a name");
+        let params = kube::api::PatchParams::apply(field_manager).force();
+        self.kubectl
+            .patch_as::<Node>(kubeconfig, node, &params, &kube::api::Patch::Apply(object))
+            .unwrap_or_else(|e| panic!("applying Node {node}: {e}"))
     }
 
     /// Writes NodeTuning `node`'s spec as the operator does (server-side apply as `identity`,
