@@ -45,30 +45,11 @@ impl<'lab> Loss<'lab> {
         let rules = format!(
             "table netdev {LOSS_TABLE} {{\n  chain egress {{\n    type filter hook egress device eth0 priority 0;\n    ip daddr {peer} tcp dport {port} numgen random mod 1000 < {permille} drop\n  }}\n  chain ingress {{\n    type filter hook ingress device eth0 priority 0;\n    ip saddr {peer} tcp sport {port} numgen random mod 1000 < {permille} drop\n    ip saddr {peer} tcp dport {port} numgen random mod 1000 < {permille} drop\n  }}\n}}\n"
         );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", lab.netns(node), "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| Error::io("running nft", e))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            std::io::Write::write_all(&mut stdin, rules.as_bytes())
-                .map_err(|e| Error::io("writing the loss rules to nft", e))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| Error::io("waiting for nft", e))?;
-        let loss = Loss {
+        nft(Some(lab.netns(node)), &rules)?;
+        Ok(Loss {
             lab,
             node: node.to_string(),
-        };
-        if !out.status.success() {
-            return Err(Error::Setup(format!(
-                "nft -f (loss on {node}): {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
-        Ok(loss)
+        })
     }
 
     /// The nftables tables of `node`'s namespace, as `nft list tables` prints them.
