@@ -3,9 +3,10 @@
 //! and goes quiet, then every connection it has open to the API server is blackholed (each
 //! packet dropped, each way, no FIN, no reset: as when a NAT entry or a load balancer forgets
 //! it) and the next revision is written. Only the watch can deliver it (the agent resyncs every
-//! 10 minutes and has no status write pending): the agent must give up on the silent watch, and
-//! on any dead pooled connection its next request picks, connect again and apply the new
-//! revision. Without bounds kube's watcher waits 295 s on a quiet watch before it opens another.
+//! 10 minutes and has no status write pending): the agent must give up on the silent watch (a
+//! live one hears a bookmark every minute), and on any dead pooled connection its next request
+//! picks, connect again and apply the new revision. Without bounds kube's watcher waits 295 s
+//! on a quiet watch before it opens another.
 //!
 //! The operator is not started; the test writes the spec as the operator would.
 
@@ -18,8 +19,8 @@ use hoststack_e2e::{Identity, Lab, LabConfig};
 const NODE: &str = "node-a";
 /// The field manager the test writes the spec with.
 const MANAGER: &str = "e2e-api-timeouts";
-/// Longer than the agent takes with bounded calls (the watch's silence, 60 s, then a request on
-/// a dead pooled connection, at most the 70 s read timeout) and shorter than kube's watcher
+/// Longer than the agent takes with bounded calls (the watch's silence, then a request on a
+/// dead pooled connection, each at most the 90 s read timeout) and shorter than kube's watcher
 /// waits on a quiet watch without them (290 s and a 5 s margin).
 const RECONNECTED: Duration = Duration::from_secs(240);
 
