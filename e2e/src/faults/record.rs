@@ -116,6 +116,34 @@ pub fn status_writes<'a>(events: &'a [Value], node: &'a str) -> impl Iterator<It
     })
 }
 
+/// Every answer an agent wrote at or after `since`, as (when, node, generation answered): a
+/// status write whose state is a verdict (Applied, Failed or Reverted, not Applying), with the
+/// newest generation its conditions name.
+pub fn answers(events: &[Value], since: u64) -> Vec<(u64, Node, i64)> {
+    events
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "nodetunings" && e["objectRef"]["subresource"] == "status"
+        })
+        .filter_map(|e| {
+            let status = &e["responseObject"]["status"];
+            if !matches!(
+                status["state"].as_str(),
+                Some("Applied" | "Failed" | "Reverted")
+            ) {
+                return None;
+            }
+            let generation = status["conditions"]
+                .as_array()?
+                .iter()
+                .filter_map(|c| c["observedGeneration"].as_i64())
+                .max()?;
+            let micros = micros_of(&e["stageTimestamp"]).filter(|&m| m >= since)?;
+            Some((micros, name(&e["responseObject"]), generation))
+        })
+        .collect()
+}
+
 /// Every status `node`'s agent wrote, as (when, `status.state`, `status.message`), from the
 /// audit log.
 pub fn from_audit_reports(events: &[Value], node: &str) -> Vec<(u64, String, String)> {
@@ -265,7 +293,7 @@ pub fn merge(parts: Vec<Vec<Timed>>, since: u64) -> History {
 }
 
 /// Microseconds since the epoch of an RFC 3339 time such as `2026-12-04T21:30:01.123456Z`.
-fn micros_of(time: &Value) -> Option<u64> {
+pub fn micros_of(time: &Value) -> Option<u64> {
     let timestamp: Timestamp = time.as_str()?.parse().ok()?;
     u64::try_from(timestamp.as_microsecond()).ok()
 }
@@ -453,6 +481,77 @@ mod tests {
         );
         assert_eq!(timed[0].micros, 1_796_419_800_000_001);
         assert_eq!(timed[2].micros, 1_796_419_802_000_000);
+    }
+
+    #[test]
+    fn a_revert_s_report_is_in_the_history_with_the_revision_it_reverted() {
+        // The spec withdrawn (no revision) in generation 4; the agent reverted r1.
+        let mut withdrawn = node_tuning("node-a", 4, "r1");
+        withdrawn["spec"]["revision"] = Value::Null;
+        withdrawn["status"] = json!({
+            "state": "Reverted", "observedRevision": "r1",
+            "conditions": [{"type": "Reverted", "observedGeneration": 4}],
+        });
+        let events = [audit(
+            "2026-12-04T21:30:00Z",
+            "patch",
+            "nodetunings",
+            "status",
+            withdrawn,
+            200,
+        )];
+        let got: Vec<Event> = from_audit(&events, 0, 1)
+            .into_iter()
+            .map(|t| t.event)
+            .collect();
+        assert_eq!(
+            got,
+            vec![Event::Reported {
+                node: "node-a".into(),
+                revision: "r1".into(),
+                generation: 4,
+                outcome: Outcome::Reverted
+            }]
+        );
+    }
+
+    #[test]
+    fn an_answer_is_a_verdict_on_a_generation_not_an_applying() {
+        let mut applying = node_tuning("node-a", 2, "r1");
+        applying["status"] =
+            json!({"state": "Applying", "conditions": [{"observedGeneration": 2}]});
+        let mut applied = node_tuning("node-b", 3, "r1");
+        applied["status"] = json!({"state": "Applied", "conditions": [{"observedGeneration": 1}, {"observedGeneration": 3}]});
+        let events = [
+            audit(
+                "2026-12-04T21:30:00Z",
+                "patch",
+                "nodetunings",
+                "status",
+                applying,
+                200,
+            ),
+            audit(
+                "2026-12-04T21:30:01Z",
+                "patch",
+                "nodetunings",
+                "status",
+                applied.clone(),
+                200,
+            ),
+            audit(
+                "2026-12-04T21:29:00Z",
+                "patch",
+                "nodetunings",
+                "status",
+                applied,
+                200,
+            ),
+        ];
+        assert_eq!(
+            answers(&events, 1_796_419_800_000_000),
+            vec![(1_796_419_801_000_000, "node-b".to_string(), 3)]
+        );
     }
 
     #[test]
