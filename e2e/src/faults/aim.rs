@@ -243,7 +243,7 @@ mod tests {
             "Applying",
             "agent error: journal /s/journal.json: read-only file system",
         );
-        assert!(journal_save_refused(&[refused.clone()], 10, 14));
+        assert!(journal_save_refused(std::slice::from_ref(&refused), 10, 14));
         // Outside the window, or a report that is no journal error: no hit.
         assert!(!journal_save_refused(&[refused], 13, 14));
         assert!(!journal_save_refused(
