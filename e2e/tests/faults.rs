@@ -49,10 +49,12 @@ fn seeded_faults_break_no_invariant_over_whole_histories() {
     schedules.extend(covering(SCRIPT, KINDS, 2));
     let report = campaign::run(&lab, &schedules);
     println!("{report}");
+    // Every kind is aimed: at least half of its injections hit what they aim at, as the
+    // records show (faults::aim).
     for &kind in KINDS {
         let (injected, hit) = report.injected(kind);
         assert!(
-            injected >= 2 && hit >= 1,
+            injected >= 2 && 2 * hit >= injected,
             "{kind:?}: {injected} injected, {hit} hit what it aims at\n{report}"
         );
     }

@@ -108,12 +108,15 @@ pub fn vm_lab_config() -> LabConfig {
 }
 
 /// The step a fault fires in: a kill in a revert fires in the delete (no other step reverts),
-/// a kill in a transaction in one of the three applies, a power cut in a step where the VM node
-/// runs a transaction (not C's, which the canary fails before the VM node's turn).
+/// a kill in a transaction and an unwritable state directory (aimed at a transaction's journal
+/// saves) in one of the three applies, a power cut in a step where the VM node runs a
+/// transaction (not C's, which the canary fails before the VM node's turn).
 pub fn step_of(fault: &Fault) -> usize {
     match fault.kind {
         FaultKind::AgentKillInRevert => DELETE_STEP,
-        FaultKind::AgentKillInTransaction => fault.step % DELETE_STEP,
+        FaultKind::AgentKillInTransaction | FaultKind::StateDirUnwritable => {
+            fault.step % DELETE_STEP
+        }
         FaultKind::VmReboot => [0, 1, DELETE_STEP][fault.step % 3],
         _ => fault.step % SCRIPT.steps,
     }
@@ -365,13 +368,8 @@ fn run_step(lab: &Lab, step: usize, faults: &[Fault]) -> (Result<(), String>, Ve
                         .into_iter()
                         .map(|(i, fault)| {
                             // The faults that aim at a transaction watch for it from the
-                            // step's start and take their delay from when they see it.
-                            if !matches!(
-                                fault.kind,
-                                FaultKind::AgentKillInTransaction
-                                    | FaultKind::AgentKillInRevert
-                                    | FaultKind::VmReboot
-                            ) {
+                            // step's start and take their delay, if any, from when they see it.
+                            if !aims_at_a_transaction(fault.kind) {
                                 let due = started + Duration::from_millis(fault.delay_ms);
                                 if let Ok(wait) = due.duration_since(SystemTime::now()) {
                                     std::thread::sleep(wait);
@@ -391,6 +389,12 @@ fn run_step(lab: &Lab, step: usize, faults: &[Fault]) -> (Result<(), String>, Ve
         injected.sort_by_key(|(i, _)| *i);
         (done, injected.into_iter().map(|(_, inj)| inj).collect())
     })
+}
+
+/// Whether faults of `kind` watch for a transaction (or a revert) from their step's start and
+/// fire when they see one, rather than at their delay into the step.
+fn aims_at_a_transaction(kind: FaultKind) -> bool {
+    !matches!(kind, FaultKind::OperatorKill | FaultKind::AgentCutOff)
 }
 
 /// The part of the lab a fault acts on: the operator, the agents' processes, the control plane,
@@ -652,6 +656,8 @@ mod tests {
         assert_eq!(step_of(&fault(FaultKind::AgentKillInTransaction, 3)), 0);
         assert_eq!(step_of(&fault(FaultKind::AgentKillInTransaction, 2)), 2);
         assert_eq!(step_of(&fault(FaultKind::EtcdRestart, 3)), 3);
+        assert_eq!(step_of(&fault(FaultKind::StateDirUnwritable, 3)), 0);
+        assert_eq!(step_of(&fault(FaultKind::StateDirUnwritable, 2)), 2);
         let reboots: Vec<usize> = (0..6)
             .map(|step| step_of(&fault(FaultKind::VmReboot, step)))
             .collect();

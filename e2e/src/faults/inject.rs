@@ -12,13 +12,16 @@
 //!   ([`aim::inside_transaction`]).
 //! - `ApiserverRestart`: SIGTERM of kube-apiserver, started again with the same flags.
 //! - `EtcdRestart`: SIGKILL of etcd, started again on the same data directory and ports.
-//!   Either restart *hit* when a node had an assignment it had not answered yet as the control
-//!   plane went down ([`aim::rollout_in_flight`]).
+//!   Either restart is aimed at a rollout in flight: it comes as soon as a process node's write
+//!   log shows a transaction or a revert (up to 200 ms after, by the fault's delay). It *hit*
+//!   when, as the audit log read after it shows, a node had an assignment it had not answered
+//!   yet as the control plane went down ([`aim::rollout_in_flight`]).
 //! - `AgentCutOff`: an nftables table in the node's namespace drops its packets to the API
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted. It *hit*
 //!   when the audit log shows the node's heartbeat Lease expired inside the cut-off
 //!   ([`aim::heartbeat_expired`]).
-//! - `StateDirUnwritable`: the agent's state directory made read-only (`chattr +i`, which binds
+//! - `StateDirUnwritable`: the state directory of the first agent seen applying a revision
+//!   (its write log shows the transaction) made read-only at once (`chattr +i`, which binds
 //!   root too) or full (a full tmpfs mounted over it in the agent's mount namespace: ENOSPC),
 //!   by the parity of the fault's delay, for [`UNWRITABLE`]; the agent must not report a
 //!   revision Failed (its own error is no verdict on the revision: it reports Applying,
@@ -48,8 +51,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const CUT_OFF: Duration = Duration::from_secs(5);
 /// How long a state directory stays unwritable.
 pub const UNWRITABLE: Duration = Duration::from_secs(4);
-/// How long a kill waits for a transaction to begin.
+/// How long a kill, a restart or an unwritable state directory waits for a transaction to begin.
 const TRANSACTION_WAIT: Duration = Duration::from_secs(20);
+/// A restart comes at most this long after a transaction showed: less than the transaction's
+/// shortest run in the lab (three host writes, 150 ms after each), so that its node has not
+/// answered yet.
+const RESTART_AIM: Duration = Duration::from_millis(200);
 /// How long a power cut waits for a VM node's transaction to begin: a VM node comes last in
 /// its rollout, after every process node's wave.
 const VM_TRANSACTION_WAIT: Duration = Duration::from_secs(90);
@@ -103,7 +110,7 @@ pub fn inject(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
         FaultKind::ApiserverRestart => restart_control_plane(lab, fault, started, "API server"),
         FaultKind::EtcdRestart => restart_control_plane(lab, fault, started, "etcd"),
         FaultKind::AgentCutOff => cut_off(lab, fault, process_node()),
-        FaultKind::StateDirUnwritable => unwritable(lab, fault, process_node()),
+        FaultKind::StateDirUnwritable => unwritable(lab, fault, started),
         FaultKind::VmReboot => cut_power_in_transaction(lab, fault, started),
     }
 }
@@ -136,12 +143,36 @@ fn kill_operator(lab: &Lab, fault: Fault) -> Injected {
     }
 }
 
-/// Restarts the API server or etcd (`what`), noting whether a rollout was in flight as it went
-/// down (a node's assignment since `started` not answered yet).
+/// Restarts the API server or etcd (`what`) as soon as a process node is seen in a
+/// transaction or a revert since `started` (from `fault.node` on, within [`TRANSACTION_WAIT`];
+/// at once when none is), `fault.delay_ms` (modulo [`RESTART_AIM`]) after it showed. Whether a
+/// rollout was in flight as it went down (a node's assignment since `started` not answered yet)
+/// is read from the audit log once the control plane is back, which then holds every answer
+/// given before it went down.
 fn restart_control_plane(lab: &Lab, fault: Fault, started: SystemTime, what: &str) -> Injected {
-    let events = lab.audit_events();
-    let down = micros(SystemTime::now());
     let since = micros(started);
+    let seen = first_in_flight(
+        lab,
+        &process_nodes(lab),
+        fault.node,
+        since,
+        None,
+        TRANSACTION_WAIT,
+        |_| true,
+    );
+    if seen.is_some() {
+        std::thread::sleep(Duration::from_millis(
+            fault.delay_ms % RESTART_AIM.as_millis() as u64,
+        ));
+    }
+    let down = micros(SystemTime::now());
+    let begun = Instant::now();
+    match fault.kind {
+        FaultKind::EtcdRestart => lab.restart_etcd(),
+        _ => lab.restart_apiserver(),
+    }
+    let back = begun.elapsed();
+    let events = lab.audit_events();
     let assigned: Vec<(u64, String, i64)> = record::from_audit(&events, since, 1)
         .into_iter()
         .filter_map(|t| match t.event {
@@ -152,11 +183,10 @@ fn restart_control_plane(lab: &Lab, fault: Fault, started: SystemTime, what: &st
         })
         .collect();
     let hit = aim::rollout_in_flight(&assigned, &record::answers(&events, since), down);
-    let begun = Instant::now();
-    match fault.kind {
-        FaultKind::EtcdRestart => lab.restart_etcd(),
-        _ => lab.restart_apiserver(),
-    }
+    let aimed = match &seen {
+        Some(node) => format!("{node} was seen in a transaction"),
+        None => format!("no node began a transaction within {TRANSACTION_WAIT:?}"),
+    };
     let when = if hit {
         "while a node's assignment was unanswered"
     } else {
@@ -166,7 +196,7 @@ fn restart_control_plane(lab: &Lab, fault: Fault, started: SystemTime, what: &st
         fault,
         node: None,
         hit,
-        note: format!("{what} restarted {when}; back in {:.1?}", begun.elapsed()),
+        note: format!("{what} restarted {when} ({aimed}); back in {back:.1?}"),
         violation: None,
     }
 }
@@ -360,12 +390,31 @@ fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
     (!transaction.is_null()).then(|| !transaction["target"].is_null())
 }
 
-/// Makes `node`'s state directory unwritable for [`UNWRITABLE`] and checks that the agent
-/// reported no revision Failed meanwhile (its own error is no verdict on a revision); it hit
-/// when a report meanwhile was the error of a journal save ([`aim::journal_save_refused`]).
-/// That every host write meanwhile was journaled first is the campaign's check of every write
+/// Makes the state directory of the first process node seen in a transaction to a revision
+/// since `started` (from `fault.node` on, within [`TRANSACTION_WAIT`]; `fault.node`'s when none
+/// is) unwritable at once, for [`UNWRITABLE`]: its next journal save, before its next write or
+/// at the transaction's end, falls inside the window. Checks that the agent reported no
+/// revision Failed meanwhile (its own error is no verdict on a revision); it hit when a report
+/// meanwhile was the error of a journal save ([`aim::journal_save_refused`]). That every host
+/// write meanwhile was journaled first is the campaign's check of every write
 /// ([`record::unjournaled_writes`]).
-fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
+fn unwritable(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
+    let nodes = process_nodes(lab);
+    let seen = first_in_flight(
+        lab,
+        &nodes,
+        fault.node,
+        micros(started),
+        Some(true),
+        TRANSACTION_WAIT,
+        |node| lab.agent_pid(node).is_some(),
+    );
+    let aimed = if seen.is_some() {
+        "as it applied a revision"
+    } else {
+        "with no transaction seen"
+    };
+    let node = seen.unwrap_or_else(|| nodes[fault.node % nodes.len()].clone());
     let from = micros(SystemTime::now());
     let dir = lab.agent_state_dir(&node);
     // An odd delay makes the directory read-only, an even one full (when the agent runs: the
@@ -402,7 +451,7 @@ fn unwritable(lab: &Lab, fault: Fault, node: String) -> Injected {
         fault,
         node: Some(node.clone()),
         hit,
-        note: format!("state directory {how} for {UNWRITABLE:?}; {saves}"),
+        note: format!("state directory {how} for {UNWRITABLE:?} {aimed}; {saves}"),
         violation,
     }
 }
