@@ -241,18 +241,22 @@ pub fn from_write_log(node: &str, log: &str) -> Vec<Timed> {
 
 /// The host writes in `node`'s write log at or after `since` that were not journaled first:
 /// every write must come while the journal on disk holds a transaction whose `before` names the
-/// setting, to the same revision (a write that restores a value: any transaction). That is what
-/// makes an interrupted transaction revertible, whatever happens to the state directory after
-/// the journal was saved.
+/// setting, to the same revision. A write that restores a value may also come under the
+/// journal's provisional revision (applied, not confirmed), whose transaction's `before` names
+/// it: the dead-man window's undo restores from there, with no transaction in flight. That is
+/// what makes an interrupted transaction, and an unconfirmed one, revertible, whatever happens
+/// to the state directory after the journal was saved.
 pub fn unjournaled_writes(node: &str, log: &str, since: u64) -> Vec<String> {
     let mut found = Vec::new();
     let mut transaction = Value::Null;
+    let mut provisional = Value::Null;
     for entry in log
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
     {
         if let Some(journal) = entry.get("journal") {
             transaction = journal["transaction"].clone();
+            provisional = journal["provisional"]["transaction"].clone();
             continue;
         }
         let wrote = &entry["wrote"];
@@ -262,12 +266,18 @@ pub fn unjournaled_writes(node: &str, log: &str, since: u64) -> Vec<String> {
         if entry["micros"].as_u64().is_none_or(|m| m < since) {
             continue;
         }
-        let listed = transaction["before"]
-            .as_array()
-            .is_some_and(|b| b.iter().any(|e| e["target"] == key));
+        let lists = |t: &Value| {
+            t["before"]
+                .as_array()
+                .is_some_and(|b| b.iter().any(|e| e["target"] == key))
+        };
         let revision = wrote["revision"].as_str();
         let to = transaction["target"]["revision"].as_str();
-        if !listed || (revision.is_some() && revision != to) {
+        let journaled = match revision {
+            Some(_) => lists(&transaction) && revision == to,
+            None => lists(&transaction) || lists(&provisional),
+        };
+        if !journaled {
             found.push(format!(
                 "{node} wrote {key}={} for {} with no journaled transaction to it (journal: {transaction})",
                 wrote["value"],
@@ -645,6 +655,26 @@ mod tests {
         assert!(found[1].starts_with("n wrote a=\"2\" for r2"));
         assert!(found[2].starts_with("n wrote a=\"1\" for a restore"));
         assert_eq!(unjournaled_writes("n", log, 6).len(), 1);
+    }
+
+    #[test]
+    fn the_dead_man_window_s_undo_restores_under_the_provisional_revision() {
+        // Applied r1 provisionally (no transaction in flight), then undone unconfirmed: the
+        // restore of a is journaled by the provisional transaction; b is in no journal, and a
+        // write to r1 is never journaled by a provisional revision.
+        let log = r#"{"micros": 1, "journal": {"transaction": {"target": {"revision": "r1"}, "before": [{"target": "a", "value": "1"}]}}}
+{"micros": 2, "wrote": {"target": "a", "value": "2", "revision": "r1"}}
+{"micros": 3, "journal": {"applied": {"revision": "r1"}, "provisional": {"transaction": {"target": {"revision": "r1"}, "before": [{"target": "a", "value": "1"}]}, "deadline": 9}}}
+{"micros": 4, "wrote": {"target": "a", "value": "1", "revision": null}}
+{"micros": 5, "wrote": {"target": "b", "value": "1", "revision": null}}
+{"micros": 6, "wrote": {"target": "a", "value": "2", "revision": "r1"}}
+{"micros": 7, "journal": {"originals": []}}
+{"micros": 8, "wrote": {"target": "a", "value": "1", "revision": null}}"#;
+        let found = unjournaled_writes("n", log, 0);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("n wrote b=\"1\" for a restore"));
+        assert!(found[1].starts_with("n wrote a=\"2\" for r1"));
+        assert!(found[2].starts_with("n wrote a=\"1\" for a restore"));
     }
 
     #[test]
