@@ -11,7 +11,12 @@
 //! - an unwritable state directory aims at a journal save: the agent reported a journal error
 //!   inside the window ([`journal_save_refused`]);
 //! - a kill or a power cut in a transaction aims at its inside: the journal on disk still held
-//!   the transaction ([`inside_transaction`]).
+//!   the transaction ([`inside_transaction`]);
+//! - a kill in the dead-man window aims between the transaction and its confirmation: the
+//!   journal on disk still held the revision provisional ([`inside_window`]);
+//! - a cut-off in the dead-man window aims at the undo at its deadline: a journal save inside
+//!   the cut-off dropped the provisional revision and went back to the one before it
+//!   ([`undone_unconfirmed`]).
 //!
 //! Times are microseconds since the Unix epoch, as the audit log and the write logs give them.
 
@@ -130,6 +135,36 @@ pub fn journal_save_refused(reports: &[(u64, String, String)], from: u64, until:
 /// transaction in flight: a kill or a power cut then landed inside it.
 pub fn inside_transaction(journal: &Value) -> bool {
     !journal["transaction"].is_null()
+}
+
+/// Whether the journal on disk (`journal.json` as read, null when unreadable) held a revision
+/// applied and not confirmed yet: a kill then landed in the dead-man window.
+pub fn inside_window(journal: &Value) -> bool {
+    !journal["provisional"].is_null()
+}
+
+/// Whether the journal saves of a write log (`log`, JSON lines) show a provisional revision
+/// undone unconfirmed between `from` and `until`: a save then that holds no provisional revision
+/// and no transaction, right after one that held a provisional revision, with the applied
+/// revision put back to the one before (a confirmation keeps it).
+pub fn undone_unconfirmed(log: &str, from: u64, until: u64) -> bool {
+    let entries: Vec<Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .collect();
+    let saves: Vec<(u64, &Value)> = entries
+        .iter()
+        .filter_map(|e| Some((e["micros"].as_u64()?, e.get("journal")?)))
+        .collect();
+    saves.windows(2).any(|pair| {
+        let ((_, before), (micros, after)) = (pair[0], pair[1]);
+        (from..=until).contains(&micros)
+            && !before["provisional"].is_null()
+            && after["provisional"].is_null()
+            && after["transaction"].is_null()
+            && after["applied"] == before["provisional"]["previous"]
+            && after["applied"] != before["applied"]
+    })
 }
 
 #[cfg(test)]
@@ -269,5 +304,36 @@ mod tests {
             &json!({"transaction": null, "originals": []})
         ));
         assert!(!inside_transaction(&Value::Null));
+    }
+
+    #[test]
+    fn a_kill_in_the_window_hit_when_the_journal_still_held_the_revision_provisional() {
+        assert!(inside_window(
+            &json!({"applied": {"revision": "r"}, "provisional": {"deadline": 9}})
+        ));
+        assert!(!inside_window(&json!({"applied": {"revision": "r"}})));
+        assert!(!inside_window(&Value::Null));
+    }
+
+    #[test]
+    fn a_cut_off_in_the_window_hit_when_the_revision_was_undone_inside_it() {
+        let provisional = r#"{"micros": 5, "journal": {"applied": {"revision": "b"}, "provisional": {"previous": {"revision": "a"}, "deadline": 9}}}"#;
+        let undone = r#"{"micros": 10, "journal": {"applied": {"revision": "a"}}}"#;
+        let confirmed = r#"{"micros": 10, "journal": {"applied": {"revision": "b"}}}"#;
+        let log = format!("{provisional}\n{{\"micros\": 8, \"wrote\": {{}}}}\n{undone}");
+        assert!(undone_unconfirmed(&log, 6, 12));
+        // Undone outside the cut-off.
+        assert!(!undone_unconfirmed(&log, 11, 12));
+        // Confirmed, not undone.
+        assert!(!undone_unconfirmed(
+            &format!("{provisional}\n{confirmed}"),
+            6,
+            12
+        ));
+        // The first revision undone: nothing applied after it.
+        let first = r#"{"micros": 5, "journal": {"applied": {"revision": "a"}, "provisional": {"deadline": 9}}}"#;
+        let none = r#"{"micros": 10, "journal": {"originals": []}}"#;
+        assert!(undone_unconfirmed(&format!("{first}\n{none}"), 6, 12));
+        assert!(!undone_unconfirmed("", 6, 12));
     }
 }

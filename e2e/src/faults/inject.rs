@@ -20,6 +20,15 @@
 //!   server for [`CUT_OFF`], longer than the heartbeat's validity, then is deleted. It *hit*
 //!   when the audit log shows the node's heartbeat Lease expired inside the cut-off
 //!   ([`aim::heartbeat_expired`]).
+//! - `AgentKillInWindow`: SIGKILL of the first agent whose write log shows a revision applied
+//!   and not confirmed yet (the journal's `provisional` record: the dead-man window), at the
+//!   fault's offset into it; started again at once, it must undo the revision on startup and
+//!   apply it again. It *hit* when the journal on disk still held the revision provisional
+//!   ([`aim::inside_window`]).
+//! - `AgentCutOffInWindow`: the first agent seen in its dead-man window cut off as `AgentCutOff`
+//!   is, at once, for [`WINDOW_CUT_OFF`], longer than `confirmTimeout`: it must undo the
+//!   revision by itself at the deadline, and report it once healed. It *hit* when a journal save
+//!   inside the cut-off undid the revision ([`aim::undone_unconfirmed`]).
 //! - `StateDirUnwritable`: the state directory of the first agent seen applying a revision
 //!   (its write log shows the transaction) made read-only at once (`chattr +i`, which binds
 //!   root too) or full (a full tmpfs mounted over it in the agent's mount namespace: ENOSPC),
@@ -49,6 +58,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long an agent is cut off from the API server: the lab's agents renew their heartbeat
 /// every second and it stays valid for three.
 pub const CUT_OFF: Duration = Duration::from_secs(5);
+/// The dead-man window of the campaign's revisions: the agent's default `confirmTimeout`, which
+/// they keep.
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an agent is cut off in its dead-man window: longer than [`CONFIRM_TIMEOUT`], whose
+/// deadline is at most that long after the cut-off began (the revision was applied before).
+pub const WINDOW_CUT_OFF: Duration = Duration::from_secs(65);
 /// How long a state directory stays unwritable.
 pub const UNWRITABLE: Duration = Duration::from_secs(4);
 /// How long a kill, a restart or an unwritable state directory waits for a transaction to begin.
@@ -107,9 +122,11 @@ pub fn inject(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
         FaultKind::OperatorKill => kill_operator(lab, fault),
         FaultKind::AgentKillInTransaction => kill_in_transaction(lab, fault, started, true),
         FaultKind::AgentKillInRevert => kill_in_transaction(lab, fault, started, false),
+        FaultKind::AgentKillInWindow => kill_in_window(lab, fault, started),
         FaultKind::ApiserverRestart => restart_control_plane(lab, fault, started, "API server"),
         FaultKind::EtcdRestart => restart_control_plane(lab, fault, started, "etcd"),
         FaultKind::AgentCutOff => cut_off(lab, fault, process_node()),
+        FaultKind::AgentCutOffInWindow => cut_off_in_window(lab, fault, started),
         FaultKind::StateDirUnwritable => unwritable(lab, fault, started),
         FaultKind::VmReboot => cut_power_in_transaction(lab, fault, started),
     }
@@ -262,6 +279,32 @@ fn first_in_flight(
     wait: Duration,
     alive: impl Fn(&str) -> bool,
 ) -> Option<String> {
+    first_seen(nodes, first, wait, |node| {
+        in_flight_since(&lab.write_log(node), since)
+            .is_some_and(|to_revision| what.is_none_or(|w| w == to_revision))
+            && alive(node)
+    })
+}
+
+/// The first of `nodes` (from `first` on, cyclically) whose agent runs and whose write log's
+/// last journal save since `since` holds a revision applied and not confirmed yet, within
+/// `wait`.
+fn first_in_window(lab: &Lab, nodes: &[String], first: usize, since: u64) -> Option<String> {
+    first_seen(nodes, first, TRANSACTION_WAIT, |node| {
+        last_save_since(&lab.write_log(node), since)
+            .is_some_and(|j| j["transaction"].is_null() && aim::inside_window(&j))
+            && lab.agent_pid(node).is_some()
+    })
+}
+
+/// The first of `nodes` (from `first` on, cyclically) for which `seen` holds, polled every
+/// 10 ms for up to `wait`.
+fn first_seen(
+    nodes: &[String],
+    first: usize,
+    wait: Duration,
+    seen: impl Fn(&str) -> bool,
+) -> Option<String> {
     let order: Vec<&String> = nodes
         .iter()
         .cycle()
@@ -270,12 +313,7 @@ fn first_in_flight(
         .collect();
     let deadline = Instant::now() + wait;
     loop {
-        let seen = order.iter().find(|node| {
-            in_flight_since(&lab.write_log(node), since)
-                .is_some_and(|to_revision| what.is_none_or(|w| w == to_revision))
-                && alive(node)
-        });
-        if let Some(node) = seen {
+        if let Some(node) = order.iter().find(|node| seen(node)) {
             return Some((*node).clone());
         }
         if Instant::now() >= deadline {
@@ -379,15 +417,81 @@ fn kill_in_transaction(
 /// Whether the last journal save in the write log at `path` (at or after `since`) has a
 /// transaction in flight: `Some(true)` to a revision, `Some(false)` a revert, `None` none.
 fn in_flight_since(path: &Path, since: u64) -> Option<bool> {
+    let last = last_save_since(path, since)?;
+    let transaction = &last["transaction"];
+    (!transaction.is_null()).then(|| !transaction["target"].is_null())
+}
+
+/// The journal as the last save in the write log at `path` left it, if that save came at or
+/// after `since`.
+fn last_save_since(path: &Path, since: u64) -> Option<Value> {
     let log = std::fs::read_to_string(path).ok()?;
-    let last = log
+    let mut last = log
         .lines()
         .rev()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .find(|entry| entry.get("journal").is_some())
         .filter(|entry| entry["micros"].as_u64().is_some_and(|m| m >= since))?;
-    let transaction = &last["journal"]["transaction"];
-    (!transaction.is_null()).then(|| !transaction["target"].is_null())
+    Some(last["journal"].take())
+}
+
+/// Kills the first agent seen with a revision applied and not confirmed yet, from `fault.node`
+/// on, `fault.delay_ms` (modulo 400 ms) after its journal showed it, and starts it again at
+/// once: it must undo the revision on startup (the journal's provisional record) and apply it
+/// again with a new window.
+fn kill_in_window(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
+    let Some(node) = first_in_window(lab, &process_nodes(lab), fault.node, micros(started)) else {
+        let note =
+            format!("no agent's revision waited for its confirmation within {TRANSACTION_WAIT:?}");
+        return Injected::missed(fault, note);
+    };
+    std::thread::sleep(Duration::from_millis(fault.delay_ms % 400));
+    lab.kill_agent(&node, Signal::Kill);
+    let hit = aim::inside_window(&journal(lab, &node));
+    lab.start_agent(&node, &[]);
+    let note = if hit {
+        "killed between its transaction and its confirmation"
+    } else {
+        "killed just after its revision was confirmed"
+    };
+    Injected {
+        fault,
+        node: Some(node),
+        hit,
+        note: note.to_string(),
+        violation: None,
+    }
+}
+
+/// Cuts the first agent seen with a revision applied and not confirmed yet (from `fault.node`
+/// on) off from the API server at once, for [`WINDOW_CUT_OFF`]: it cannot confirm, and must
+/// undo the revision by itself at its deadline. It hit when a journal save inside the cut-off
+/// undid the revision ([`aim::undone_unconfirmed`]).
+fn cut_off_in_window(lab: &Lab, fault: Fault, started: SystemTime) -> Injected {
+    let Some(node) = first_in_window(lab, &process_nodes(lab), fault.node, micros(started)) else {
+        let note =
+            format!("no agent's revision waited for its confirmation within {TRANSACTION_WAIT:?}");
+        return Injected::missed(fault, note);
+    };
+    let from = micros(SystemTime::now());
+    let cut = CutOff::new(lab, &node);
+    std::thread::sleep(WINDOW_CUT_OFF);
+    let until = micros(SystemTime::now());
+    drop(cut);
+    let log = std::fs::read_to_string(lab.write_log(&node)).unwrap_or_default();
+    let hit = aim::undone_unconfirmed(&log, from, until);
+    let undone = if hit {
+        "it undid its unconfirmed revision meanwhile"
+    } else {
+        "it undid no unconfirmed revision meanwhile"
+    };
+    Injected {
+        fault,
+        node: Some(node),
+        hit,
+        note: format!("cut off in its dead-man window for {WINDOW_CUT_OFF:?}; {undone}"),
+        violation: None,
+    }
 }
 
 /// Makes the state directory of the first process node seen in a transaction to a revision
