@@ -1,6 +1,6 @@
 //! Leader election on a Lease, so that two replicas are safe: only the holder reconciles.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
@@ -19,6 +19,12 @@ const GRACE_SECONDS: u64 = 5;
 const JOIN_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between attempts to join the election.
 const JOIN_RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long a replica keeps trying to join while the API server refuses it the Lease (403),
+/// from the first refusal: a kube-apiserver that has just started serves requests before its
+/// RBAC authorizer has read the roles, and refuses them meanwhile (the fault campaign saw it
+/// 0.1 s before "Caches are synced"). A refusal that lasts longer is the installer's and ends
+/// the join.
+const JOIN_REFUSED_PATIENCE: Duration = Duration::from_secs(60);
 
 /// A running election: `is_leader` says whether this replica holds the lease.
 pub struct Election {
@@ -30,7 +36,9 @@ pub struct Election {
 impl Election {
     /// Joins the election for `lease_name` in `namespace` as `identity`. While the API server
     /// cannot be reached or answers with a server error (it restarts, etcd is away), it tries
-    /// again, waiting longer each time; other errors (a forbidden Lease) end it.
+    /// again, waiting longer each time; so it does while the Lease is forbidden, for up to
+    /// [`JOIN_REFUSED_PATIENCE`] from the first refusal (a restarted API server's authorizer
+    /// catching up); other errors end it.
     pub async fn join(
         client: Client,
         namespace: &str,
@@ -38,6 +46,7 @@ impl Election {
         identity: &str,
     ) -> Result<Self> {
         let mut wait = JOIN_RETRY_FIRST;
+        let mut refused_since: Option<Instant> = None;
         let manager = loop {
             let built = LeaseManagerBuilder::new(client.clone(), lease_name)
                 .with_namespace(namespace)
@@ -49,7 +58,12 @@ impl Election {
                 .await;
             match built {
                 Ok(manager) => break manager,
-                Err(e) if transient(&e) => {
+                Err(e)
+                    if transient(&e)
+                        || forbidden(&e)
+                            && refused_since.get_or_insert_with(Instant::now).elapsed()
+                                < JOIN_REFUSED_PATIENCE =>
+                {
                     tracing::warn!(error = %e, retry_in = ?wait, "could not join the leader election; trying again");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(JOIN_RETRY_MAX);
@@ -98,6 +112,11 @@ fn transient(error: &LeaseManagerError) -> bool {
     }
 }
 
+/// Whether `error` is the API server refusing the Lease (403).
+fn forbidden(error: &LeaseManagerError) -> bool {
+    matches!(error, LeaseManagerError::KubeError(kube::Error::Api(status)) if status.code == 403)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +137,12 @@ mod tests {
         assert!(transient(&api(503)) && transient(&api(500)) && transient(&api(429)));
         assert!(!transient(&api(403)) && !transient(&api(404)) && !transient(&api(409)));
         assert!(!transient(&LeaseManagerError::NonexistentLease("x".into())));
+    }
+
+    #[test]
+    fn only_a_403_is_a_refusal_of_the_lease() {
+        assert!(forbidden(&api(403)));
+        assert!(!forbidden(&api(404)) && !forbidden(&api(401)) && !forbidden(&api(503)));
+        assert!(!forbidden(&LeaseManagerError::NonexistentLease("x".into())));
     }
 }
