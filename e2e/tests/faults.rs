@@ -1,6 +1,7 @@
 //! The fault harness in CI (issue 18): seeded schedules of real faults — operator and agent
-//! SIGKILLs (inside transactions and reverts), API server and etcd restarts, an agent cut off
-//! from the API server, a read-only or full state directory — while a rollout script runs on four
+//! SIGKILLs (inside transactions, reverts and the dead-man window), API server and etcd restarts
+//! during a rollout, an agent cut off from the API server (also in its dead-man window, past
+//! `confirmTimeout`), a read-only or full state directory during a transaction — while a rollout script runs on four
 //! process nodes, and the five invariants checked over each schedule's whole history
 //! (hoststack_e2e::faults). Enough schedules run that every fault kind is drawn at least twice;
 //! a schedule that once failed is kept in [`REGRESSIONS`] and runs first.
@@ -19,6 +20,18 @@ use hoststack_e2e::faults::schedule::{covering, FaultKind, Schedule};
 use hoststack_e2e::faults::soak::SOAK_KINDS;
 use hoststack_e2e::Lab;
 
+/// The kinds a process-node lab took before the dead-man window's faults: the seeds of
+/// [`REGRESSIONS`] were drawn among them, and replay drawn among them.
+const FIRST_KINDS: &[FaultKind] = &[
+    FaultKind::OperatorKill,
+    FaultKind::AgentKillInTransaction,
+    FaultKind::AgentKillInRevert,
+    FaultKind::ApiserverRestart,
+    FaultKind::EtcdRestart,
+    FaultKind::AgentCutOff,
+    FaultKind::StateDirUnwritable,
+];
+
 /// Schedules that once broke an invariant, as (seed, the kinds it was drawn among), kept so
 /// that they run every time.
 const REGRESSIONS: &[(u64, &[FaultKind])] = &[
@@ -32,11 +45,14 @@ const REGRESSIONS: &[(u64, &[FaultKind])] = &[
     // error (Applying, AgentError), undid and redid B once the directory was writable. The
     // harness's first check ("no write while unwritable") called that a violation; the check is
     // now "every write journaled first", over every write (record::unjournaled_writes).
-    (36, KINDS),
+    (36, FIRST_KINDS),
     // Seed 124: the operator was killed and started again while the API server restarted. It
     // could not reach the API server to join the leader election and exited, so nothing rolled
-    // the tuning out (step 0 did not settle in 240 s). Now it keeps trying to join.
-    (124, KINDS),
+    // the tuning out (step 0 did not settle in 240 s). Now it keeps trying to join. With the
+    // restart aimed at a transaction, the same seed found the operator refused its Lease (403)
+    // by the restarted API server 0.1 s before its authorizer had synced, and exiting: now it
+    // tries again after a refusal (docs/operator.md, Two replicas).
+    (124, FIRST_KINDS),
 ];
 
 #[test]
@@ -49,10 +65,12 @@ fn seeded_faults_break_no_invariant_over_whole_histories() {
     schedules.extend(covering(SCRIPT, KINDS, 2));
     let report = campaign::run(&lab, &schedules);
     println!("{report}");
+    // Every kind is aimed: at least half of its injections hit what they aim at, as the
+    // records show (faults::aim).
     for &kind in KINDS {
         let (injected, hit) = report.injected(kind);
         assert!(
-            injected >= 2 && hit >= 1,
+            injected >= 2 && 2 * hit >= injected,
             "{kind:?}: {injected} injected, {hit} hit what it aims at\n{report}"
         );
     }

@@ -2,8 +2,10 @@
 //! docs/lab.md): the fault campaign's script over and over under API server and etcd restarts,
 //! cut-offs and unwritable state directories, with the operator and every agent one process
 //! throughout. It fails on a schedule that breaks an invariant or does not settle, on anything
-//! left behind after a delete (journal entries, the agent's nftables table, BPF pins), and on a
-//! process whose open file descriptors grew (hoststack_e2e::faults::soak).
+//! left behind after a delete (journal entries, the agent's nftables table, BPF pins), on a
+//! process whose open file descriptors grew, and on a process whose resident memory or
+//! descriptors grew faster per schedule than its bound (hoststack_e2e::faults::soak::Bound,
+//! which says how the bounds were chosen from measurements).
 
 use hoststack_e2e::faults::{campaign, soak};
 use hoststack_e2e::Lab;
@@ -19,6 +21,7 @@ fn five_minutes_of_rollouts_under_faults_leak_nothing() {
         report.samples.iter().all(|s| s.usage.len() == 5),
         "{report}"
     );
+    assert!(report.growth().is_empty(), "{report}");
     assert!(report.passed(), "{report}");
     lab.stop().expect("the lab stops cleanly");
 }

@@ -7,7 +7,9 @@
 //! The script, on tuning [`TUNING`] (canary 1, maxUnavailable 1): apply revision A, change it
 //! to B (which adds the agent's nftables table and an XDP program on eth0), change it to C,
 //! which the kernel refuses at its last write (so the canary fails after writing the others,
-//! and the rollout goes back to B), then delete the tuning. After each step the campaign waits
+//! and the rollout goes back to B), then delete the tuning. The revisions keep the default
+//! probes: each applied revision is provisional (the dead-man window) until the agent's
+//! API-server read-back confirms it, within [`super::inject::CONFIRM_TIMEOUT`]. After each step the campaign waits
 //! until the rollout and every agent have settled, and reads the hosts: a quiet point of the
 //! history. A step that does not settle within [`SETTLE`] is a failure of its own (liveness),
 //! and so is anything left behind after the delete: a journal entry, the nftables table, a
@@ -108,12 +110,17 @@ pub fn vm_lab_config() -> LabConfig {
 }
 
 /// The step a fault fires in: a kill in a revert fires in the delete (no other step reverts),
-/// a kill in a transaction in one of the three applies, a power cut in a step where the VM node
-/// runs a transaction (not C's, which the canary fails before the VM node's turn).
+/// a kill in a transaction and an unwritable state directory (aimed at a transaction's journal
+/// saves) in one of the three applies, a kill or a cut-off in the dead-man window in A or B
+/// (C's transaction fails: it is never provisional, nor is a revert), a power cut in a step where the VM node runs a
+/// transaction (not C's, which the canary fails before the VM node's turn).
 pub fn step_of(fault: &Fault) -> usize {
     match fault.kind {
         FaultKind::AgentKillInRevert => DELETE_STEP,
-        FaultKind::AgentKillInTransaction => fault.step % DELETE_STEP,
+        FaultKind::AgentKillInTransaction | FaultKind::StateDirUnwritable => {
+            fault.step % DELETE_STEP
+        }
+        FaultKind::AgentKillInWindow | FaultKind::AgentCutOffInWindow => fault.step % 2,
         FaultKind::VmReboot => [0, 1, DELETE_STEP][fault.step % 3],
         _ => fault.step % SCRIPT.steps,
     }
@@ -253,7 +260,8 @@ pub fn event_kind(event: &Event) -> &'static str {
 }
 
 /// Runs every schedule on `lab` (made from [`lab_config`]), one after another, printing each
-/// schedule's line as it ends.
+/// schedule's lines as it ends: its faults, whether each hit as the records show, and what it
+/// found wrong.
 pub fn run(lab: &Lab, schedules: &[Schedule]) -> Report {
     let mut report = Report::default();
     for schedule in schedules {
@@ -267,7 +275,17 @@ pub fn run(lab: &Lab, schedules: &[Schedule]) -> Report {
         );
         for injected in &one.injected {
             let node = injected.node.as_deref().unwrap_or("-");
-            eprintln!("  {:?} {node}: {}", injected.fault.kind, injected.note);
+            let hit = if injected.hit { "hit" } else { "missed" };
+            eprintln!(
+                "  {:?} {node} [{hit}]: {}",
+                injected.fault.kind, injected.note
+            );
+        }
+        for found in one.violations.iter().map(ToString::to_string) {
+            eprintln!("  violation: {found}");
+        }
+        for failure in &one.failures {
+            eprintln!("  failure: {failure}");
         }
         report.schedules.push(one);
     }
@@ -365,13 +383,8 @@ fn run_step(lab: &Lab, step: usize, faults: &[Fault]) -> (Result<(), String>, Ve
                         .into_iter()
                         .map(|(i, fault)| {
                             // The faults that aim at a transaction watch for it from the
-                            // step's start and take their delay from when they see it.
-                            if !matches!(
-                                fault.kind,
-                                FaultKind::AgentKillInTransaction
-                                    | FaultKind::AgentKillInRevert
-                                    | FaultKind::VmReboot
-                            ) {
+                            // step's start and take their delay, if any, from when they see it.
+                            if !aims_at_a_transaction(fault.kind) {
                                 let due = started + Duration::from_millis(fault.delay_ms);
                                 if let Ok(wait) = due.duration_since(SystemTime::now()) {
                                     std::thread::sleep(wait);
@@ -393,14 +406,22 @@ fn run_step(lab: &Lab, step: usize, faults: &[Fault]) -> (Result<(), String>, Ve
     })
 }
 
+/// Whether faults of `kind` watch for a transaction (or a revert) from their step's start and
+/// fire when they see one, rather than at their delay into the step.
+fn aims_at_a_transaction(kind: FaultKind) -> bool {
+    !matches!(kind, FaultKind::OperatorKill | FaultKind::AgentCutOff)
+}
+
 /// The part of the lab a fault acts on: the operator, the agents' processes, the control plane,
 /// the nodes' network, the state directories, the VM.
 fn part(kind: FaultKind) -> u8 {
     match kind {
         FaultKind::OperatorKill => 0,
-        FaultKind::AgentKillInTransaction | FaultKind::AgentKillInRevert => 1,
+        FaultKind::AgentKillInTransaction
+        | FaultKind::AgentKillInRevert
+        | FaultKind::AgentKillInWindow => 1,
         FaultKind::ApiserverRestart | FaultKind::EtcdRestart => 2,
-        FaultKind::AgentCutOff => 3,
+        FaultKind::AgentCutOff | FaultKind::AgentCutOffInWindow => 3,
         FaultKind::StateDirUnwritable => 4,
         FaultKind::VmReboot => 5,
     }
@@ -652,6 +673,10 @@ mod tests {
         assert_eq!(step_of(&fault(FaultKind::AgentKillInTransaction, 3)), 0);
         assert_eq!(step_of(&fault(FaultKind::AgentKillInTransaction, 2)), 2);
         assert_eq!(step_of(&fault(FaultKind::EtcdRestart, 3)), 3);
+        assert_eq!(step_of(&fault(FaultKind::StateDirUnwritable, 3)), 0);
+        assert_eq!(step_of(&fault(FaultKind::StateDirUnwritable, 2)), 2);
+        assert_eq!(step_of(&fault(FaultKind::AgentKillInWindow, 2)), 0);
+        assert_eq!(step_of(&fault(FaultKind::AgentCutOffInWindow, 3)), 1);
         let reboots: Vec<usize> = (0..6)
             .map(|step| step_of(&fault(FaultKind::VmReboot, step)))
             .collect();

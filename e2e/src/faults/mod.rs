@@ -11,6 +11,7 @@
 //! as a regression case (e2e/tests/faults.rs). The [`soak`] runs the script for an hour (five
 //! minutes in CI) and samples the operator's and agents' memory and descriptors.
 
+pub mod aim;
 pub mod campaign;
 pub mod history;
 pub mod inject;

@@ -116,6 +116,34 @@ pub fn status_writes<'a>(events: &'a [Value], node: &'a str) -> impl Iterator<It
     })
 }
 
+/// Every answer an agent wrote at or after `since`, as (when, node, generation answered): a
+/// status write whose state is a verdict (Applied, Failed or Reverted, not Applying), with the
+/// newest generation its conditions name.
+pub fn answers(events: &[Value], since: u64) -> Vec<(u64, Node, i64)> {
+    events
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "nodetunings" && e["objectRef"]["subresource"] == "status"
+        })
+        .filter_map(|e| {
+            let status = &e["responseObject"]["status"];
+            if !matches!(
+                status["state"].as_str(),
+                Some("Applied" | "Failed" | "Reverted")
+            ) {
+                return None;
+            }
+            let generation = status["conditions"]
+                .as_array()?
+                .iter()
+                .filter_map(|c| c["observedGeneration"].as_i64())
+                .max()?;
+            let micros = micros_of(&e["stageTimestamp"]).filter(|&m| m >= since)?;
+            Some((micros, name(&e["responseObject"]), generation))
+        })
+        .collect()
+}
+
 /// Every status `node`'s agent wrote, as (when, `status.state`, `status.message`), from the
 /// audit log.
 pub fn from_audit_reports(events: &[Value], node: &str) -> Vec<(u64, String, String)> {
@@ -213,18 +241,22 @@ pub fn from_write_log(node: &str, log: &str) -> Vec<Timed> {
 
 /// The host writes in `node`'s write log at or after `since` that were not journaled first:
 /// every write must come while the journal on disk holds a transaction whose `before` names the
-/// setting, to the same revision (a write that restores a value: any transaction). That is what
-/// makes an interrupted transaction revertible, whatever happens to the state directory after
-/// the journal was saved.
+/// setting, to the same revision. A write that restores a value may also come under the
+/// journal's provisional revision (applied, not confirmed), whose transaction's `before` names
+/// it: the dead-man window's undo restores from there, with no transaction in flight. That is
+/// what makes an interrupted transaction, and an unconfirmed one, revertible, whatever happens
+/// to the state directory after the journal was saved.
 pub fn unjournaled_writes(node: &str, log: &str, since: u64) -> Vec<String> {
     let mut found = Vec::new();
     let mut transaction = Value::Null;
+    let mut provisional = Value::Null;
     for entry in log
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
     {
         if let Some(journal) = entry.get("journal") {
             transaction = journal["transaction"].clone();
+            provisional = journal["provisional"]["transaction"].clone();
             continue;
         }
         let wrote = &entry["wrote"];
@@ -234,12 +266,18 @@ pub fn unjournaled_writes(node: &str, log: &str, since: u64) -> Vec<String> {
         if entry["micros"].as_u64().is_none_or(|m| m < since) {
             continue;
         }
-        let listed = transaction["before"]
-            .as_array()
-            .is_some_and(|b| b.iter().any(|e| e["target"] == key));
+        let lists = |t: &Value| {
+            t["before"]
+                .as_array()
+                .is_some_and(|b| b.iter().any(|e| e["target"] == key))
+        };
         let revision = wrote["revision"].as_str();
         let to = transaction["target"]["revision"].as_str();
-        if !listed || (revision.is_some() && revision != to) {
+        let journaled = match revision {
+            Some(_) => lists(&transaction) && revision == to,
+            None => lists(&transaction) || lists(&provisional),
+        };
+        if !journaled {
             found.push(format!(
                 "{node} wrote {key}={} for {} with no journaled transaction to it (journal: {transaction})",
                 wrote["value"],
@@ -265,7 +303,7 @@ pub fn merge(parts: Vec<Vec<Timed>>, since: u64) -> History {
 }
 
 /// Microseconds since the epoch of an RFC 3339 time such as `2026-12-04T21:30:01.123456Z`.
-fn micros_of(time: &Value) -> Option<u64> {
+pub fn micros_of(time: &Value) -> Option<u64> {
     let timestamp: Timestamp = time.as_str()?.parse().ok()?;
     u64::try_from(timestamp.as_microsecond()).ok()
 }
@@ -456,6 +494,77 @@ mod tests {
     }
 
     #[test]
+    fn a_revert_s_report_is_in_the_history_with_the_revision_it_reverted() {
+        // The spec withdrawn (no revision) in generation 4; the agent reverted r1.
+        let mut withdrawn = node_tuning("node-a", 4, "r1");
+        withdrawn["spec"]["revision"] = Value::Null;
+        withdrawn["status"] = json!({
+            "state": "Reverted", "observedRevision": "r1",
+            "conditions": [{"type": "Reverted", "observedGeneration": 4}],
+        });
+        let events = [audit(
+            "2026-12-04T21:30:00Z",
+            "patch",
+            "nodetunings",
+            "status",
+            withdrawn,
+            200,
+        )];
+        let got: Vec<Event> = from_audit(&events, 0, 1)
+            .into_iter()
+            .map(|t| t.event)
+            .collect();
+        assert_eq!(
+            got,
+            vec![Event::Reported {
+                node: "node-a".into(),
+                revision: "r1".into(),
+                generation: 4,
+                outcome: Outcome::Reverted
+            }]
+        );
+    }
+
+    #[test]
+    fn an_answer_is_a_verdict_on_a_generation_not_an_applying() {
+        let mut applying = node_tuning("node-a", 2, "r1");
+        applying["status"] =
+            json!({"state": "Applying", "conditions": [{"observedGeneration": 2}]});
+        let mut applied = node_tuning("node-b", 3, "r1");
+        applied["status"] = json!({"state": "Applied", "conditions": [{"observedGeneration": 1}, {"observedGeneration": 3}]});
+        let events = [
+            audit(
+                "2026-12-04T21:30:00Z",
+                "patch",
+                "nodetunings",
+                "status",
+                applying,
+                200,
+            ),
+            audit(
+                "2026-12-04T21:30:01Z",
+                "patch",
+                "nodetunings",
+                "status",
+                applied.clone(),
+                200,
+            ),
+            audit(
+                "2026-12-04T21:29:00Z",
+                "patch",
+                "nodetunings",
+                "status",
+                applied,
+                200,
+            ),
+        ];
+        assert_eq!(
+            answers(&events, 1_796_419_800_000_000),
+            vec![(1_796_419_801_000_000, "node-b".to_string(), 3)]
+        );
+    }
+
+    #[test]
     fn a_nodes_reports_come_with_their_state_and_message() {
         let mut failed = node_tuning("node-a", 2, "r1");
         failed["status"] = json!({"state": "Failed", "message": "agent error: journal"});
@@ -546,6 +655,26 @@ mod tests {
         assert!(found[1].starts_with("n wrote a=\"2\" for r2"));
         assert!(found[2].starts_with("n wrote a=\"1\" for a restore"));
         assert_eq!(unjournaled_writes("n", log, 6).len(), 1);
+    }
+
+    #[test]
+    fn the_dead_man_window_s_undo_restores_under_the_provisional_revision() {
+        // Applied r1 provisionally (no transaction in flight), then undone unconfirmed: the
+        // restore of a is journaled by the provisional transaction; b is in no journal, and a
+        // write to r1 is never journaled by a provisional revision.
+        let log = r#"{"micros": 1, "journal": {"transaction": {"target": {"revision": "r1"}, "before": [{"target": "a", "value": "1"}]}}}
+{"micros": 2, "wrote": {"target": "a", "value": "2", "revision": "r1"}}
+{"micros": 3, "journal": {"applied": {"revision": "r1"}, "provisional": {"transaction": {"target": {"revision": "r1"}, "before": [{"target": "a", "value": "1"}]}, "deadline": 9}}}
+{"micros": 4, "wrote": {"target": "a", "value": "1", "revision": null}}
+{"micros": 5, "wrote": {"target": "b", "value": "1", "revision": null}}
+{"micros": 6, "wrote": {"target": "a", "value": "2", "revision": "r1"}}
+{"micros": 7, "journal": {"originals": []}}
+{"micros": 8, "wrote": {"target": "a", "value": "1", "revision": null}}"#;
+        let found = unjournaled_writes("n", log, 0);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("n wrote b=\"1\" for a restore"));
+        assert!(found[1].starts_with("n wrote a=\"2\" for r1"));
+        assert!(found[2].starts_with("n wrote a=\"1\" for a restore"));
     }
 
     #[test]

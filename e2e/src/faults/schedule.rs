@@ -13,12 +13,17 @@ pub enum FaultKind {
     AgentKillInTransaction,
     /// SIGKILL of an agent while it reverts one.
     AgentKillInRevert,
+    /// SIGKILL of an agent between its transaction and its confirmation (the dead-man window).
+    AgentKillInWindow,
     /// A kube-apiserver restart.
     ApiserverRestart,
     /// etcd killed and started again on the same data.
     EtcdRestart,
     /// An agent cut off from the API server for longer than the heartbeat timeout, then healed.
     AgentCutOff,
+    /// An agent cut off from the API server between its transaction and its confirmation, for
+    /// longer than `confirmTimeout`, then healed.
+    AgentCutOffInWindow,
     /// An agent's state directory made unwritable.
     StateDirUnwritable,
     /// A reboot of the VM node.
@@ -27,13 +32,15 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::OperatorKill,
         FaultKind::AgentKillInTransaction,
         FaultKind::AgentKillInRevert,
+        FaultKind::AgentKillInWindow,
         FaultKind::ApiserverRestart,
         FaultKind::EtcdRestart,
         FaultKind::AgentCutOff,
+        FaultKind::AgentCutOffInWindow,
         FaultKind::StateDirUnwritable,
         FaultKind::VmReboot,
     ];

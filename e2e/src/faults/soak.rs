@@ -3,7 +3,9 @@
 //! etcd restarts, an agent cut off, an unwritable state directory), so that each of them is one
 //! process for the whole soak. After each schedule, once everything is quiet, it samples the
 //! resident memory and open file descriptors of the operator and every agent (at most once per
-//! sampling interval), and reports each one's slope.
+//! sampling interval), and fits each one's slope per schedule run: a schedule (the script's four
+//! rollouts under three faults) is the unit of work a leak grows with, so the slopes do not
+//! depend on how fast the machine runs.
 //!
 //! The first schedule is a warm-up: the first sample follows it, once the processes have made
 //! their connections and filled their caches (a sample of processes just started says little:
@@ -12,7 +14,8 @@
 //! Every schedule is checked as in the campaign (its invariants, its settling, nothing left
 //! behind after the delete: journal entries, the nftables table, BPF pins); on top, a process
 //! whose open file descriptors at the last quiet sample exceed its first by more than
-//! [`FD_SLACK`] leaks them.
+//! [`FD_SLACK`] leaks them, and a process whose resident memory or descriptors grow faster than
+//! its [`Bound`] per schedule leaks.
 
 use super::campaign::{self, Report, SCRIPT};
 use super::schedule::{FaultKind, Schedule};
@@ -45,20 +48,63 @@ pub struct Usage {
     pub fds: usize,
 }
 
-/// One process's slopes over a soak, per minute.
+/// One process's slopes over a soak, per schedule run.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Slopes {
-    /// Resident memory, KiB per minute.
+    /// Resident memory, KiB per schedule.
     pub rss: f64,
-    /// Its anonymous part, KiB per minute.
+    /// Its anonymous part, KiB per schedule.
     pub anon: f64,
-    /// Open file descriptors per minute.
+    /// Open file descriptors per schedule.
     pub fds: f64,
+}
+
+/// How fast a process's resident memory and descriptors may grow per schedule.
+///
+/// Measured (docs/lab.md, The fault campaign): an agent's RSS climbs while glibc's malloc keeps
+/// freed memory in its arenas, in steps, to a plateau about 18 MiB above its start, reached in
+/// 15 to 50 minutes; on the way it grew up to 1.1 MiB per schedule (the five-minute soak: +9 MB
+/// over 8 schedules), and over an hour at most 0.31 MiB per schedule. The operator grew 0.09
+/// MiB per schedule in five minutes and 7 KiB over an hour; descriptors stayed flat (a quiet
+/// point may hold one or two more than another). The bounds are about twice the steepest growth
+/// measured: a leak of more than 2 MiB per schedule in an agent (0.5 MiB per rollout: the 79 MiB
+/// between a plateaued agent's 49 MB and its 128 MiB limit gone in 40 schedules), of 0.5 MiB in
+/// the operator, or of one descriptor every other schedule fails the soak; slower leaks show in
+/// the hour-long soak's table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bound {
+    /// Resident memory, KiB per schedule.
+    pub rss_kib: f64,
+    /// Open file descriptors per schedule.
+    pub fds: f64,
+}
+
+/// The bound of an agent's growth ([`Bound`]).
+pub const AGENT_BOUND: Bound = Bound {
+    rss_kib: 2048.0,
+    fds: 0.5,
+};
+
+/// The bound of the operator's growth ([`Bound`]).
+pub const OPERATOR_BOUND: Bound = Bound {
+    rss_kib: 512.0,
+    fds: 0.5,
+};
+
+/// The bound of the process named `name` ("operator" or "agent <node>").
+pub fn bound_of(name: &str) -> Bound {
+    if name == "operator" {
+        OPERATOR_BOUND
+    } else {
+        AGENT_BOUND
+    }
 }
 
 /// The operator's and every agent's usage at one quiet point.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
+    /// How many schedules had run.
+    pub schedules: usize,
     /// Since the soak began.
     pub at: Duration,
     /// By process name ("operator", "agent node-a", ...).
@@ -76,7 +122,7 @@ pub struct SoakReport {
 
 impl SoakReport {
     /// Each process's slopes over the samples (least squares): resident memory and its
-    /// anonymous part in KiB per minute, and open file descriptors per minute.
+    /// anonymous part in KiB per schedule, and open file descriptors per schedule.
     pub fn slopes(&self) -> BTreeMap<String, Slopes> {
         let names = self
             .samples
@@ -89,7 +135,7 @@ impl SoakReport {
                 let points = |f: &dyn Fn(&Usage) -> f64| -> Vec<(f64, f64)> {
                     self.samples
                         .iter()
-                        .filter_map(|s| Some((s.at.as_secs_f64() / 60.0, f(s.usage.get(&name)?))))
+                        .filter_map(|s| Some((s.schedules as f64, f(s.usage.get(&name)?))))
                         .collect()
                 };
                 let slopes = Slopes {
@@ -118,9 +164,31 @@ impl SoakReport {
             .collect()
     }
 
+    /// The processes whose resident memory or descriptors grew faster than their [`Bound`]
+    /// per schedule, each with what grew.
+    pub fn growth(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for (name, slopes) in self.slopes() {
+            let bound = bound_of(&name);
+            if slopes.rss > bound.rss_kib {
+                found.push(format!(
+                    "{name}: RSS grew {:.0} KiB per schedule (bound {:.0})",
+                    slopes.rss, bound.rss_kib
+                ));
+            }
+            if slopes.fds > bound.fds {
+                found.push(format!(
+                    "{name}: descriptors grew {:.2} per schedule (bound {:.2})",
+                    slopes.fds, bound.fds
+                ));
+            }
+        }
+        found
+    }
+
     /// Whether nothing was found wrong.
     pub fn passed(&self) -> bool {
-        self.campaign.failed().is_empty() && self.fd_leaks().is_empty()
+        self.campaign.failed().is_empty() && self.fd_leaks().is_empty() && self.growth().is_empty()
     }
 }
 
@@ -138,9 +206,9 @@ impl fmt::Display for SoakReport {
             "anon last",
             "fds 1st",
             "last",
-            "rss KiB/min",
-            "anon KiB/min",
-            "fds/min"
+            "rss KiB/sch",
+            "anon KiB/sch",
+            "fds/sch"
         )?;
         let slopes = self.slopes();
         let (first, last) = match (self.samples.first(), self.samples.last()) {
@@ -168,6 +236,9 @@ impl fmt::Display for SoakReport {
         for (name, before, after) in self.fd_leaks() {
             writeln!(f, "LEAK: {name} held {before} descriptors, then {after}")?;
         }
+        for growth in self.growth() {
+            writeln!(f, "LEAK: {growth}")?;
+        }
         Ok(())
     }
 }
@@ -192,21 +263,26 @@ pub fn run(lab: &Lab, duration: Duration, every: Duration) -> SoakReport {
             .last()
             .is_none_or(|s| begun.elapsed() >= s.at + every);
         if due || begun.elapsed() >= duration {
-            report.samples.push(sample(lab, begun.elapsed()));
+            let schedules = report.campaign.schedules.len();
+            report.samples.push(sample(lab, schedules, begun.elapsed()));
         }
     }
     report
 }
 
-/// The operator's and every agent's usage now.
-fn sample(lab: &Lab, at: Duration) -> Sample {
+/// The operator's and every agent's usage now, after `schedules` schedules.
+fn sample(lab: &Lab, schedules: usize, at: Duration) -> Sample {
     let usage = lab
         .processes()
         .into_iter()
         .filter(|(name, _)| name == "operator" || name.starts_with("agent "))
         .filter_map(|(name, pid)| Some((name, usage(pid)?)))
         .collect();
-    Sample { at, usage }
+    Sample {
+        schedules,
+        at,
+        usage,
+    }
 }
 
 /// A process's usage, from /proc (`None` once it has exited).
@@ -247,43 +323,109 @@ pub fn slope(points: &[(f64, f64)]) -> f64 {
 mod tests {
     use super::*;
 
-    fn at(minutes: u64, fds: usize, rss_kib: u64) -> Sample {
-        let usage = [(
-            "operator".to_string(),
-            Usage {
-                rss_kib,
-                anon_kib: rss_kib / 2,
-                fds,
-            },
-        )]
-        .into();
-        Sample {
-            at: Duration::from_secs(minutes * 60),
-            usage,
+    /// A soak's samples of one process, `name`, after schedules 1, 2, ...: (RSS KiB, fds).
+    fn series(name: &str, points: &[(u64, usize)]) -> SoakReport {
+        let samples = points
+            .iter()
+            .enumerate()
+            .map(|(i, &(rss_kib, fds))| Sample {
+                schedules: i + 1,
+                at: Duration::from_secs(30 * i as u64),
+                usage: [(
+                    name.to_string(),
+                    Usage {
+                        rss_kib,
+                        anon_kib: rss_kib / 2,
+                        fds,
+                    },
+                )]
+                .into(),
+            })
+            .collect();
+        SoakReport {
+            campaign: Report::default(),
+            samples,
         }
     }
 
     #[test]
-    fn slopes_are_per_minute_and_leaks_are_past_the_slack() {
+    fn slopes_are_per_schedule_and_fd_leaks_are_past_the_slack() {
         assert_eq!(slope(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]), 2.0);
         assert_eq!(slope(&[(1.0, 1.0)]), 0.0);
-        let report = |samples| SoakReport {
-            campaign: Report::default(),
-            samples,
-        };
-        let steady = report(vec![at(0, 20, 1000), at(1, 22, 1100), at(2, 24, 1200)]);
+        let steady = series("operator", &[(1000, 20), (1100, 20), (1200, 20)]);
         assert_eq!(
             steady.slopes()["operator"],
             Slopes {
                 rss: 100.0,
                 anon: 50.0,
-                fds: 2.0
+                fds: 0.0
             }
         );
         assert!(steady.fd_leaks().is_empty() && steady.passed());
-        let leaking = report(vec![at(0, 20, 1000), at(5, 25, 1000)]);
+        let leaking = series("operator", &[(1000, 20), (1000, 25)]);
         assert_eq!(leaking.fd_leaks(), vec![("operator".to_string(), 20, 25)]);
         assert!(!leaking.passed());
+    }
+
+    #[test]
+    fn a_flat_noisy_series_and_the_measured_arena_climb_pass_their_bounds() {
+        // An agent wandering by a few MiB between quiet points, with no trend.
+        let noisy = [
+            31_000, 34_000, 30_500, 33_500, 31_500, 34_500, 30_000, 33_000, 32_000,
+        ];
+        let fds = [14, 15, 14, 16, 14, 15, 14, 16, 14];
+        let points: Vec<(u64, usize)> = noisy.into_iter().zip(fds).collect();
+        let flat = series("agent node-a", &points);
+        assert!(flat.growth().is_empty(), "{:?}", flat.growth());
+        // The steepest climb to the allocator's plateau measured in a five-minute soak.
+        let climb = series(
+            "agent node-a",
+            &[
+                (31_088, 14),
+                (31_200, 14),
+                (35_400, 14),
+                (35_500, 14),
+                (39_700, 14),
+                (39_800, 14),
+                (40_000, 14),
+                (40_100, 14),
+            ],
+        );
+        assert!(climb.growth().is_empty(), "{:?}", climb.growth());
+        assert!(climb.passed());
+    }
+
+    #[test]
+    fn a_leaking_series_fails_its_bound() {
+        // An agent that keeps 2.5 MiB more after every schedule, under the same noise.
+        let noise = [0, 3_000, -500, 2_500, 500, 3_500, -1_000, 2_000];
+        let points: Vec<(u64, usize)> = noise
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((31_000 + 2_560 * i as i64 + n) as u64, 14))
+            .collect();
+        let leaking = series("agent node-a", &points);
+        let growth = leaking.growth();
+        assert_eq!(growth.len(), 1, "{growth:?}");
+        assert!(
+            growth[0].starts_with("agent node-a: RSS grew "),
+            "{growth:?}"
+        );
+        assert!(!leaking.passed());
+        // The operator's bound is tighter: 0.75 MiB per schedule is a leak there.
+        let operator: Vec<(u64, usize)> = (0..8).map(|i| (30_000 + 768 * i, 17)).collect();
+        assert_eq!(series("operator", &operator).growth().len(), 1);
+        // A descriptor kept every schedule, within FD_SLACK of the first sample at the last
+        // (too short a soak for the count to show it), is a leak by its slope.
+        let fds = series(
+            "operator",
+            &[(30_000, 17), (30_000, 18), (30_000, 19), (30_000, 20)],
+        );
+        assert!(fds.fd_leaks().is_empty());
+        assert_eq!(
+            fds.growth(),
+            vec!["operator: descriptors grew 1.00 per schedule (bound 0.50)".to_string()]
+        );
     }
 
     #[test]
