@@ -3,8 +3,9 @@
 //! during a rollout, an agent cut off from the API server (also in its dead-man window, past
 //! `confirmTimeout`), a read-only or full state directory during a transaction — while a rollout script runs on four
 //! process nodes, and the five invariants checked over each schedule's whole history
-//! (hoststack_e2e::faults). Enough schedules run that every fault kind is drawn at least twice;
-//! a schedule that once failed is kept in [`REGRESSIONS`] and runs first.
+//! (hoststack_e2e::faults). Enough schedules run that every fault kind is drawn at least twice,
+//! in three groups of kinds on three labs that run side by side; a schedule that once failed is
+//! kept in [`REGRESSIONS`] and runs on a lab of its own.
 //!
 //! A second lab has three process nodes and a VM node, whose power is cut inside its
 //! transactions and reverts (the guest boots again with its kernel's boot-time values, its agent
@@ -55,25 +56,49 @@ const REGRESSIONS: &[(u64, &[FaultKind])] = &[
     (124, FIRST_KINDS),
 ];
 
+/// The process-node kinds in three groups, each campaign on a lab of its own so that the three
+/// run side by side (scripts/run-test-binaries): the control plane's faults, the agents'
+/// kills, and the agents' isolation (cut off, or unable to save their journal). Together they
+/// are [`KINDS`]; the full campaign draws among all of them at once.
+const CONTROL_PLANE_KINDS: &[FaultKind] = &[
+    FaultKind::OperatorKill,
+    FaultKind::ApiserverRestart,
+    FaultKind::EtcdRestart,
+];
+const AGENT_KILL_KINDS: &[FaultKind] = &[
+    FaultKind::AgentKillInTransaction,
+    FaultKind::AgentKillInRevert,
+    FaultKind::AgentKillInWindow,
+];
+const ISOLATION_KINDS: &[FaultKind] = &[
+    FaultKind::AgentCutOff,
+    FaultKind::AgentCutOffInWindow,
+    FaultKind::StateDirUnwritable,
+];
+
 #[test]
-fn seeded_faults_break_no_invariant_over_whole_histories() {
-    let lab = Lab::start(campaign::lab_config()).expect("lab starts");
-    let mut schedules: Vec<Schedule> = REGRESSIONS
-        .iter()
-        .map(|&(seed, kinds)| Schedule::from_seed(seed, SCRIPT, kinds))
-        .collect();
-    schedules.extend(covering(SCRIPT, KINDS, 2));
-    let report = campaign::run(&lab, &schedules);
-    println!("{report}");
-    // Every kind is aimed: at least half of its injections hit what they aim at, as the
-    // records show (faults::aim).
-    for &kind in KINDS {
-        let (injected, hit) = report.injected(kind);
-        assert!(
-            injected >= 2 && 2 * hit >= injected,
-            "{kind:?}: {injected} injected, {hit} hit what it aims at\n{report}"
-        );
-    }
+fn the_kind_groups_cover_every_process_node_kind_once() {
+    let mut grouped: Vec<FaultKind> =
+        [CONTROL_PLANE_KINDS, AGENT_KILL_KINDS, ISOLATION_KINDS].concat();
+    grouped.sort_by_key(|k| format!("{k:?}"));
+    let mut all = KINDS.to_vec();
+    all.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(grouped, all);
+}
+
+#[test]
+fn control_plane_faults_break_no_invariant_over_whole_histories() {
+    covering_campaign(CONTROL_PLANE_KINDS);
+}
+
+#[test]
+fn agent_kills_break_no_invariant_over_whole_histories() {
+    covering_campaign(AGENT_KILL_KINDS);
+}
+
+#[test]
+fn cut_offs_and_unwritable_state_break_no_invariant_over_whole_histories() {
+    let report = covering_campaign(ISOLATION_KINDS);
     // Both ways a state directory becomes unwritable were injected: read-only and full.
     for how in ["read-only", "full"] {
         let note = format!("state directory {how} for");
@@ -86,15 +111,15 @@ fn seeded_faults_break_no_invariant_over_whole_histories() {
             "no state directory made {how}\n{report}"
         );
     }
-    // The histories are not vacuous: a quiet point per step, and every other kind of event in
-    // every schedule (the Reverted reports of the delete included: a revert names the revision
-    // it reverted, so invariant 1 sees its case).
-    let steps = SCRIPT.steps * schedules.len();
-    assert_eq!(report.events("quiet"), steps, "{report}");
-    for kind in EVENT_KINDS.iter().filter(|k| **k != "quiet") {
-        assert!(report.events(kind) >= schedules.len(), "{kind}\n{report}");
-    }
-    assert!(report.failed().is_empty(), "{report}");
+}
+
+#[test]
+fn the_schedules_that_once_broke_an_invariant_break_none() {
+    let schedules: Vec<Schedule> = REGRESSIONS
+        .iter()
+        .map(|&(seed, kinds)| Schedule::from_seed(seed, SCRIPT, kinds))
+        .collect();
+    let report = run_campaign(&schedules);
     // And the checker sees them: one more write for a revision a node reported Failed, added to
     // a real history, breaks invariant 1.
     let mut forged = report.schedules[0].history.clone();
@@ -119,7 +144,39 @@ fn seeded_faults_break_no_invariant_over_whole_histories() {
     });
     let found = invariants::check(&forged);
     assert!(found.iter().any(|v| v.invariant == 1), "{found:?}");
+}
+
+/// Runs schedules drawn among `kinds` until each kind is injected twice, on a lab of its own,
+/// and asserts that every kind is aimed: at least half of its injections hit what they aim at,
+/// as the records show (faults::aim).
+fn covering_campaign(kinds: &[FaultKind]) -> campaign::Report {
+    let report = run_campaign(&covering(SCRIPT, kinds, 2));
+    for &kind in kinds {
+        let (injected, hit) = report.injected(kind);
+        assert!(
+            injected >= 2 && 2 * hit >= injected,
+            "{kind:?}: {injected} injected, {hit} hit what it aims at\n{report}"
+        );
+    }
+    report
+}
+
+/// Runs `schedules` on a process-node lab of its own and asserts what every campaign must show:
+/// no invariant broken, and histories that are not vacuous (a quiet point per step, and every
+/// other kind of event in every schedule: the Reverted reports of the delete included, as a
+/// revert names the revision it reverted, so invariant 1 sees its case).
+fn run_campaign(schedules: &[Schedule]) -> campaign::Report {
+    let lab = Lab::start(campaign::lab_config()).expect("lab starts");
+    let report = campaign::run(&lab, schedules);
+    println!("{report}");
+    let steps = SCRIPT.steps * schedules.len();
+    assert_eq!(report.events("quiet"), steps, "{report}");
+    for kind in EVENT_KINDS.iter().filter(|k| **k != "quiet") {
+        assert!(report.events(kind) >= schedules.len(), "{kind}\n{report}");
+    }
+    assert!(report.failed().is_empty(), "{report}");
     lab.stop().expect("the lab stops cleanly");
+    report
 }
 
 #[test]
