@@ -464,7 +464,7 @@ fn scale(config: &hoststack_e2e::scale::ScaleConfig) -> Result<(), String> {
 fn soak(duration: Duration, every: Duration) -> Result<(), String> {
     use hoststack_e2e::faults::{campaign, soak};
     let lab = Lab::start(campaign::lab_config()).map_err(|e| e.to_string())?;
-    let report = soak::run(&lab, duration, every);
+    let report = soak::run(&lab, duration, 0, every);
     println!("{report}");
     lab.stop().map_err(|e| e.to_string())?;
     if report.passed() {

@@ -244,16 +244,21 @@ impl fmt::Display for SoakReport {
 }
 
 /// Runs schedules on `lab` (made from [`campaign::lab_config`]) from seed 1 on until `duration`
-/// has passed, sampling after the first schedule and then after a schedule when `every` has
-/// passed since the last sample.
-pub fn run(lab: &Lab, duration: Duration, every: Duration) -> SoakReport {
+/// has passed and at least `schedules` have run, sampling after the first schedule and then
+/// after a schedule when `every` has passed since the last sample (after every schedule for a
+/// zero `every`). A soak's length in schedules, not minutes, makes its slopes as sure on a busy
+/// machine as on a quiet one.
+pub fn run(lab: &Lab, duration: Duration, schedules: usize, every: Duration) -> SoakReport {
     let begun = Instant::now();
     let mut report = SoakReport {
         campaign: Report::default(),
         samples: Vec::new(),
     };
     let mut seed = 0;
-    while begun.elapsed() < duration || report.samples.is_empty() {
+    let done = |report: &SoakReport| {
+        begun.elapsed() >= duration && report.campaign.schedules.len() >= schedules
+    };
+    while !done(&report) || report.samples.is_empty() {
         seed += 1;
         let schedule = Schedule::from_seed(seed, SCRIPT, &SOAK_KINDS);
         let one = campaign::run(lab, std::slice::from_ref(&schedule));
@@ -262,9 +267,9 @@ pub fn run(lab: &Lab, duration: Duration, every: Duration) -> SoakReport {
             .samples
             .last()
             .is_none_or(|s| begun.elapsed() >= s.at + every);
-        if due || begun.elapsed() >= duration {
-            let schedules = report.campaign.schedules.len();
-            report.samples.push(sample(lab, schedules, begun.elapsed()));
+        if due || done(&report) {
+            let run = report.campaign.schedules.len();
+            report.samples.push(sample(lab, run, begun.elapsed()));
         }
     }
     report
