@@ -31,11 +31,12 @@ fi
 # feature. buildah, runc, containernetworking-plugins: images and real kubelet nodes. curl, wrk:
 # real HTTP clients against the user-space stack. musl-tools: the lab image's static binaries
 # (scripts/build-images.sh; ring's C code is compiled with musl-gcc). python3: the VM node's
-# guest sets its clock from the host's with it (e2e/src/vm/initramfs.rs).
+# guest sets its clock from the host's with it (e2e/src/vm/initramfs.rs). jq: scripts/test reads
+# cargo's JSON messages with it.
 PACKAGES=(iproute2 nftables openssl procps util-linux psmisc ca-certificates git gcc libc6-dev pkg-config
   prometheus iperf3 prometheus-node-exporter clang llvm libbpf-dev iputils-ping ethtool
   qemu-system-x86 busybox-static kmod cpio zstd dpdk dpdk-dev librte-net-virtio23
-  buildah runc containernetworking-plugins curl wrk musl-tools python3)
+  buildah runc containernetworking-plugins curl wrk musl-tools python3 jq)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
