@@ -346,7 +346,10 @@ fn forget_leavers(progress: &mut Progress, nodes: &[NodeView]) {
 
 /// What each node runs at `progress`: the nodes of the waves the revision (or, rolled back,
 /// where they came from); every other node what it holds, except that a node holding nothing
-/// gets the stable revision at once (a node joining the pool).
+/// gets the stable revision at once (a node joining the pool), and, rolled back, a node on
+/// the revision that no wave of this round took (an earlier round did, before another tuning
+/// took the node and handed it back) goes back to the stable revision: no node stays on a
+/// revision that was rolled back, and where an earlier round took it from is not known.
 fn targets(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Holding> {
     // As `Progress::origins`, hashed and borrowed: one lookup per node stays O(1).
     let stable = &Holding::stable(progress.stable.as_deref());
@@ -357,14 +360,15 @@ fn targets(progress: &Progress, nodes: &[NodeView]) -> BTreeMap<String, Holding>
             .map(move |n| (n.as_str(), w.from.get(n).unwrap_or(stable)))
     }));
     let rolled_back = matches!(progress.state, State::RolledBack(_));
+    let own = Holding::Own(progress.revision.clone());
     nodes
         .iter()
         .map(|n| {
             let target = match origins.get(n.name.as_str()) {
                 Some(&from) if rolled_back => from.clone(),
-                Some(_) => Holding::Own(progress.revision.clone()),
-                None if n.holding == Holding::Nothing => {
-                    Holding::stable(progress.stable.as_deref())
+                Some(_) => own.clone(),
+                None if n.holding == Holding::Nothing || (rolled_back && n.holding == own) => {
+                    stable.clone()
                 }
                 None => n.holding.clone(),
             };

@@ -8,7 +8,8 @@
 //! - never more nodes in flight than `maxUnavailable`, the canary included (DESIGN.md,
 //!   invariant 2). A node is in flight when its spec holds a revision that its agent has not
 //!   applied yet. Not counted, as docs/rollouts.md allows: a node that ran nothing of
-//!   hoststack's given the stable revision (a node joining the pool), a node sent back to where
+//!   hoststack's given the stable revision (a node joining the pool, even once a later
+//!   revision is the stable one), a node sent back to where
 //!   the rollout took it from (a rollback), and a spec withdrawn;
 //! - no node is moved onto the revision without a verdict that passed, except the canary of a
 //!   round (at most `canary` nodes), and no wave after a round's canary starts without one;
@@ -50,6 +51,8 @@ struct Node {
     refused: Option<Holding>,
     /// Where this rollout took it from, since it moved it onto its revision.
     origin: Option<Holding>,
+    /// It ran nothing and its spec holds what was the stable revision when it was given.
+    joining: bool,
 }
 
 impl Node {
@@ -63,6 +66,7 @@ impl Node {
             runs: holding,
             refused: None,
             origin: None,
+            joining: false,
         }
     }
 
@@ -98,7 +102,7 @@ impl Node {
     /// the pool onto the stable revision nor sent back where the rollout took it from.
     fn in_flight(&self, stable: &Holding) -> bool {
         self.unanswered()
-            && !(self.runs == Holding::Nothing && self.spec == *stable)
+            && !(self.runs == Holding::Nothing && (self.joining || self.spec == *stable))
             && self.origin.as_ref() != Some(&self.spec)
     }
 }
@@ -212,6 +216,7 @@ impl Cluster {
                         // Another tuning's revision: the rollout's move is undone.
                         n.origin = None;
                         n.spec = other();
+                        n.joining = false;
                         n.runs = other();
                         n.refused = None;
                     }
@@ -251,12 +256,7 @@ impl Cluster {
                     _ => self.progress.stable.clone(),
                 };
                 self.progress = Progress::start(&format!("r{}", self.revisions), stable.as_deref());
-                // Nodes on their way back (a rollback) stay so; the others start afresh.
-                for n in &mut self.nodes {
-                    if n.origin.as_ref() != Some(&n.spec) {
-                        n.origin = None;
-                    }
-                }
+                self.forget_origins();
             }
         }
         self.check_in_flight()
@@ -281,6 +281,15 @@ impl Cluster {
                 first_wave: self.progress.first_wave + self.progress.waves.len(),
                 ..Progress::start(&revision, self.progress.stable.as_deref())
             };
+            // The new round does not know where the earlier ones took a node from: a node
+            // still on the revision goes back to the stable one if this round rolls back.
+            let own = Holding::Own(revision.clone());
+            let stable = self.stable();
+            for n in self.nodes.iter_mut().filter(|n| n.spec == own) {
+                if n.origin.is_some() {
+                    n.origin = Some(stable.clone());
+                }
+            }
         }
         let round = (self.progress.first_wave, self.progress.waves.len());
         let d = if views.iter().any(|v| v.available) {
@@ -319,6 +328,7 @@ impl Cluster {
                     n.name, n.spec
                 ));
             }
+            n.joining = joining;
             n.spec = target.clone();
         }
         if *verdict != Verdict::Pass {
@@ -349,10 +359,21 @@ impl Cluster {
         if d.progress.state == State::Complete {
             // The revision is the stable one: a later round's rollback returns only its own
             // nodes.
-            self.nodes.iter_mut().for_each(|n| n.origin = None);
+            self.forget_origins();
         }
         self.progress = d.progress;
         self.check_in_flight()
+    }
+
+    /// A new rollout (a new revision, or the revision become the stable one) starts afresh:
+    /// it took no node from anywhere, except that nodes on their way back from a rollback
+    /// stay so.
+    fn forget_origins(&mut self) {
+        for n in &mut self.nodes {
+            if n.origin.as_ref() != Some(&n.spec) {
+                n.origin = None;
+            }
+        }
     }
 
     fn check_in_flight(&self) -> Result<(), String> {
