@@ -154,10 +154,7 @@ impl Lab {
         let kubectl = &self.kubectl;
         self.control_plane
             .await_ready("kube-apiserver /readyz", Duration::from_secs(90), || {
-                kubectl
-                    .output(&["get", "--raw", "/readyz"])
-                    .status
-                    .success()
+                kubectl.get_raw("/readyz").is_ok()
             })
     }
 
@@ -178,14 +175,19 @@ impl Lab {
             None,
         )?;
         // Established is not yet published: `kubectl explain` (and client-side validation)
-        // read the OpenAPI document, which the API server updates a moment later.
+        // read the OpenAPI document (v3, the group's part), which the API server updates a
+        // moment later.
         self.control_plane.await_ready(
             "the CRDs in the OpenAPI document",
             Duration::from_secs(60),
             || {
-                ["networktuning", "nodetuning"]
-                    .iter()
-                    .all(|kind| self.kubectl.output(&["explain", kind]).status.success())
+                self.kubectl
+                    .get_raw("/openapi/v3/apis/hoststack.dev/v1alpha1")
+                    .is_ok_and(|doc| {
+                        ["NetworkTuning", "NodeTuning"]
+                            .iter()
+                            .all(|kind| doc.contains(&format!("dev.hoststack.v1alpha1.{kind}\"")))
+                    })
             },
         )
     }

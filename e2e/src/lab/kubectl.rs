@@ -3,6 +3,7 @@
 //! lab admin unless given another kubeconfig; the helpers meant for tests panic with the
 //! tool's message rather than return errors a test would unwrap.
 
+use super::api_reader::{ApiPath, ApiReader};
 use super::PROMETHEUS_SECRET;
 use crate::command::{self, cmd};
 use crate::{Error, Result};
@@ -19,6 +20,8 @@ pub(crate) struct Kubectl {
     cache: PathBuf,
     /// Where helm keeps its cache, configuration and data.
     helm_home: PathBuf,
+    /// The admin's reads of the kinds it knows, without a kubectl process.
+    reader: ApiReader,
 }
 
 impl Kubectl {
@@ -31,6 +34,7 @@ impl Kubectl {
             admin: admin.to_path_buf(),
             cache: lab_dir.join("kube-cache"),
             helm_home: lab_dir.join("helm"),
+            reader: ApiReader::new(admin.to_path_buf()),
         }
     }
 
@@ -62,7 +66,15 @@ impl Kubectl {
     }
 
     /// `kubectl <args> -o json` as admin, parsed; panics with kubectl's message when it fails.
+    /// A `get` of a kind the in-process reader knows is read without kubectl
+    /// ([`ApiPath::of`]).
     pub fn get_json(&self, args: &[&str]) -> serde_json::Value {
+        if let Some(path) = ApiPath::of(args) {
+            return self
+                .reader
+                .get(&path)
+                .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"));
+        }
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         let out = self.output(&all);
@@ -72,6 +84,11 @@ impl Kubectl {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("kubectl prints JSON")
+    }
+
+    /// `kubectl get --raw <path>` as admin, read in-process: the body, or why it failed.
+    pub fn get_raw(&self, path: &str) -> std::result::Result<String, String> {
+        self.reader.get_text(path)
     }
 
     /// `kubectl apply -f -` of `yaml` as admin: `Ok(stdout)`, or `Err(stderr)`.

@@ -7,13 +7,15 @@
 //!   the Node objects of process and VM nodes, on the lab `network`), `kubelet` (real nodes)
 //!   and `vm_nodes` (VM nodes, on [`crate::vm`]);
 //! - `workloads`: the operator and its replicas, the agents as processes, the tests' helpers;
-//! - `kubectl`: kubectl, helm and kube clients; `exec`: commands inside a node;
+//! - `kubectl`: kubectl, helm and kube clients (`api_reader`: the reads the tests poll, without
+//!   a kubectl process); `exec`: commands inside a node;
 //! - `wait`: waiting, the lab's own log and the diagnostics;
 //! - `sweep`: lab directories and what dead labs left behind; `bpffs`: the lab's bpffs;
 //!   `binaries`: where the programs are; `slot`: one lab per process.
 //!
 //! `boot.rs` holds the order in which the rooms come up and go down.
 
+mod api_reader;
 mod binaries;
 mod boot;
 mod bpffs;
