@@ -3,15 +3,16 @@
 //! inside it, and every step driven by a NetworkTuning applied with kubectl and read back in
 //! the guest (sysfs, procfs, ethtool over netlink) through the VM's command channel.
 //!
-//! One test and one boot per step (a boot takes about 10 s under TCG; a step 30-120 s), so
-//! that a failing step names itself and hides none of the others: the management-NIC guard and
-//! the facts; Plan mode changes nothing (and lifts the guard only there); hugepages per NUMA
-//! node and an impossible count; NIC channels, rings, offloads and MTU, IRQ affinity, RPS and
-//! XPS, and their revert; the DPDK binding to vfio-pci, a real dpdk-testpmd answering pings
-//! from a namespace on the lab bridge, and the revert to virtio-pci; a power cut while the
-//! node is on a revision (the first boot after it made to stop and power-cycled by the lab; the
-//! agent re-applies the revision after the boot that comes up, and the delete restores the
-//! pre-tuning values from its journal); SIGKILL of the agent between unbind and bind. Waits on the guest are budgets of its progress, not of wall time
+//! One lab and one boot for every step ([`STEPS`]), each of which leaves the guest as it found
+//! it: the management-NIC guard and the facts; Plan mode changes nothing (and lifts the guard
+//! only there); hugepages per NUMA node and an impossible count; NIC channels, rings, offloads
+//! and MTU, IRQ affinity, RPS and XPS, and their revert; the DPDK binding to vfio-pci, a real
+//! dpdk-testpmd answering pings from a namespace on the lab bridge, and the revert to
+//! virtio-pci; SIGKILL of the agent between unbind and bind; a power cut while the node is on a
+//! revision (the first boot after it made to stop and power-cycled by the lab; the agent
+//! re-applies the revision after the boot that comes up, and the delete restores the
+//! pre-tuning values from its journal). A failing step names itself and hides none of the
+//! others. Waits on the guest are budgets of its progress, not of wall time
 //! (`Lab::wait_for_guest`).
 
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use hoststack_e2e::faults::inject;
 use hoststack_e2e::prometheus::{revision_transactions, sample, scrape};
 use hoststack_e2e::vm::{Vm, DATA_IF, DATA_PCI, MGMT_IF, MGMT_PCI};
-use hoststack_e2e::{Lab, LabConfig, NodeSpec, VM_BOOT_TIMEOUT};
+use hoststack_e2e::{Lab, LabConfig, NodeSpec};
 
 const NODE: &str = "vm-a";
 /// How much of the guest's progress the agent may take to converge in any one step (TCG).
@@ -183,10 +184,12 @@ fn combined_channels(vm: &Vm) -> String {
 
 /// Everything observable about the data NIC and the hugepage pools, to prove "nothing
 /// changed": link, ethtool -l/-g/-k, queue directories, IRQ affinities, RPS/XPS masks, the
-/// per-node hugepage counts, the PCI driver and somaxconn.
+/// per-node hugepage counts, the PCI driver and somaxconn. Not the link's index, which the
+/// kernel gives anew when the device is bound to its driver again (the DPDK steps do) and when
+/// the guest boots.
 fn snapshot(vm: &Vm) -> String {
     vm.run(&format!(
-        "ip -o link show {DATA_IF} | sed 's/ state [A-Z]*//'; ethtool -l {DATA_IF}; \
+        "ip -o link show {DATA_IF} | sed 's/^[0-9]*: //; s/ state [A-Z]*//'; ethtool -l {DATA_IF}; \
          ethtool -g {DATA_IF}; ethtool -k {DATA_IF}; ls /sys/class/net/{DATA_IF}/queues; \
          for q in /sys/class/net/{DATA_IF}/queues/rx-*; do echo $q $(cat $q/rps_cpus); done; \
          for q in /sys/class/net/{DATA_IF}/queues/tx-*; do echo $q $(cat $q/xps_cpus); done; \
@@ -254,57 +257,75 @@ fn vm_lab(boot_timeout: Duration) -> Lab {
     lab
 }
 
-/// Runs `step` on a lab of its own (one boot per step, so that a failing step names itself and
-/// hides no other), then stops the lab.
-fn on_a_fresh_vm_node(step: impl FnOnce(&Lab, &Vm)) {
-    on_a_fresh_vm_node_booting_within(VM_BOOT_TIMEOUT, step);
-}
+/// A step of the VM node's test: what it proves, and the step, which leaves the guest as it
+/// found it (each ends with the tuning deleted and its revert confirmed), so that the next
+/// step starts from the same guest.
+type Step = (&'static str, fn(&Lab, &Vm));
 
-/// [`on_a_fresh_vm_node`] with a lab that power-cycles a guest not ready within
-/// `boot_timeout`.
-fn on_a_fresh_vm_node_booting_within(boot_timeout: Duration, step: impl FnOnce(&Lab, &Vm)) {
-    let lab = vm_lab(boot_timeout);
-    step(&lab, lab.vm(NODE));
+/// The steps, in the order they run on the one guest; the power cut last (it leaves its
+/// pre-tuning values behind).
+const STEPS: [Step; 7] = [
+    (
+        "the management-NIC guard and the facts",
+        step_guard_and_facts,
+    ),
+    ("Plan mode changes nothing", step_plan_changes_nothing),
+    ("hugepages per NUMA node", step_hugepages),
+    (
+        "channels, rings, offloads, MTU, IRQs, RPS and XPS",
+        step_nic_irq_rps_xps,
+    ),
+    (
+        "the DPDK binding and dpdk-testpmd",
+        step_dpdk_binding_and_testpmd,
+    ),
+    (
+        "an agent killed between unbind and bind",
+        step_kill_between_unbind_and_bind,
+    ),
+    ("a power cut on a revision", step_power_cut),
+];
+
+/// Every step on one VM node, one boot for all (a lab and a boot under TCG cost more CPU than
+/// most steps: docs/testing.md). A failing step does not hide the
+/// others: each runs whatever failed before it, and the test fails at the end naming every
+/// step that failed, in order (a step after a failed one may fail for what that one left).
+#[test]
+fn vm_node_guards_plans_and_tunes_hugepages_the_nic_and_dpdk_and_survives_kills_and_power_cuts() {
+    // The power cut's boot timeout for every boot: its first boot after the cut is made not
+    // to come up, and the lab power-cycles it after that long.
+    let lab = vm_lab(STUCK_BOOT_TIMEOUT);
+    let vm = lab.vm(NODE);
+    let mut failed = Vec::new();
+    for (name, step) in STEPS {
+        eprintln!("=== step: {name}");
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(&lab, vm)));
+        if let Err(panic) = ran {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("=== step failed: {name}: {why}");
+            failed.push(format!("{name}: {why}"));
+        }
+    }
     lab.stop()
         .expect("the lab stops cleanly (VM powered off, taps removed)");
+    assert!(
+        failed.is_empty(),
+        "{} of {} steps failed (a later one may fail for what an earlier one left):\n{}",
+        failed.len(),
+        STEPS.len(),
+        failed.join("\n")
+    );
 }
 
-#[test]
-fn vm_node_refuses_to_bind_its_management_nic_and_reports_its_hardware() {
-    on_a_fresh_vm_node(|lab, vm| {
-        step_management_guard(lab, vm);
-        step_facts(lab, vm);
-    });
-}
-
-#[test]
-fn vm_node_plans_without_changing_anything() {
-    on_a_fresh_vm_node(step_plan_changes_nothing);
-}
-
-#[test]
-fn vm_node_sets_hugepages_per_numa_node_and_rolls_an_impossible_count_back() {
-    on_a_fresh_vm_node(step_hugepages);
-}
-
-#[test]
-fn vm_node_tunes_channels_rings_offloads_mtu_irqs_rps_and_xps() {
-    on_a_fresh_vm_node(step_nic_irq_rps_xps);
-}
-
-#[test]
-fn vm_node_binds_its_data_nic_to_vfio_for_a_real_dpdk_and_back() {
-    on_a_fresh_vm_node(step_dpdk_binding_and_testpmd);
-}
-
-#[test]
-fn vm_node_reapplies_its_revision_after_a_power_cut_and_a_delete_restores_the_originals() {
-    on_a_fresh_vm_node_booting_within(STUCK_BOOT_TIMEOUT, step_power_cut);
-}
-
-#[test]
-fn vm_node_survives_an_agent_killed_between_unbind_and_bind() {
-    on_a_fresh_vm_node(step_kill_between_unbind_and_bind);
+/// The guard refuses a tuning that would bind the management NIC, and the agent reports the
+/// node's hardware.
+fn step_guard_and_facts(lab: &Lab, vm: &Vm) {
+    step_management_guard(lab, vm);
+    step_facts(lab, vm);
 }
 
 /// The agent in the guest reports the VM's hardware in its NodeTuning (which exists once a
