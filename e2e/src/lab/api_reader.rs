@@ -216,8 +216,9 @@ fn serve(kubeconfig: &std::path::Path, requests: mpsc::Receiver<Request>) {
     }
 }
 
-/// A kube client with the credentials in `kubeconfig`.
-async fn client(kubeconfig: &std::path::Path) -> Result<kube::Client, String> {
+/// A kube client with the credentials in `kubeconfig` (also the lab's kube clients',
+/// `Kubectl::client_as`).
+pub(crate) async fn client(kubeconfig: &std::path::Path) -> Result<kube::Client, String> {
     let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).map_err(|e| e.to_string())?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await

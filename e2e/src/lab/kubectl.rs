@@ -3,7 +3,7 @@
 //! lab admin unless given another kubeconfig; the helpers meant for tests panic with the
 //! tool's message rather than return errors a test would unwrap.
 
-use super::api_reader::{ApiPath, ApiReader};
+use super::api_reader::{self, ApiPath, ApiReader};
 use super::PROMETHEUS_SECRET;
 use crate::command::{self, cmd};
 use crate::{Error, Result};
@@ -172,12 +172,7 @@ impl Kubectl {
 
     /// A kube client with the credentials in `kubeconfig`. Needs a tokio runtime.
     async fn client_as(&self, kubeconfig: &Path) -> Result<kube::Client> {
-        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)
-            .map_err(|e| Error::Kube(e.to_string()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .map_err(|e| Error::Kube(e.to_string()))?;
-        kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+        api_reader::client(kubeconfig).await.map_err(Error::Kube)
     }
 
     /// helm with `args` and its state under the lab directory.
